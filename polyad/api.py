@@ -1,0 +1,120 @@
+"""The user-facing objects: ``@pa.kernel``, ``@pa.func``, ``pa.sizes``, ``pa.compile``.
+
+This module sits on top of the pipeline (frontend -> IR -> ad -> schedule ->
+emit -> runtime) and ties the stages together for a user.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Optional
+
+from . import ir
+from .emit.c_openmp import emit_openmp, signature
+from .frontend.python_dsl import parse_func, parse_kernel
+from .runtime.loader import CompiledKernel
+from .schedule import schedule_kernel
+
+
+def sizes(names: str) -> tuple[ir.Size, ...]:
+    """Declare symbolic sizes: ``M, N = pa.sizes("M N")`` (names separated by spaces or commas)."""
+    parts = names.replace(",", " ").split()
+    if not parts:
+        raise ValueError("pa.sizes() needs at least one name")
+    for p in parts:
+        if not p.isidentifier():
+            raise ValueError(f"size name {p!r} is not an identifier")
+    return tuple(ir.Size(ir.SizeVar(p)) for p in parts)
+
+
+def _alloc(kind):
+    def alloc(array_type):
+        raise RuntimeError(f"pa.{kind}() is only meaningful inside a @pa.kernel function")
+    alloc.__polyad_alloc__ = kind
+    alloc.__name__ = kind
+    alloc.__doc__ = (f"Inside a kernel: ``t = pa.{kind}(pa.f64[M, N])`` creates a temporary "
+                     f"array ({'zero-filled' if kind == 'zeros' else 'uninitialised'}).")
+    return alloc
+
+
+zeros = _alloc("zeros")
+empty = _alloc("empty")
+
+
+class Func:
+    """A ``@pa.func`` scalar device function; still callable from Python on scalars."""
+
+    def __init__(self, fn):
+        functools.update_wrapper(self, fn)
+        self.py = fn
+        self.__polyad_func__, self.__polyad_deps__ = parse_func(fn)
+
+    def __call__(self, *args):
+        return self.py(*args)
+
+
+def func(fn) -> Func:
+    """Decorator: a scalar device function callable from kernels."""
+    return Func(fn)
+
+
+TARGETS = ("openmp",)
+
+
+class Kernel:
+    """A ``@pa.kernel`` function: its IR (``.ir``), compiled lazily on first call.
+
+    Calling it runs the compiled OpenMP C; ``.source`` is that C text.
+    Derived kernels (gradients, ...) are Kernel objects built from IR.
+    """
+
+    def __init__(self, fn=None, ir_kernel: Optional[ir.Kernel] = None):
+        if fn is not None:
+            functools.update_wrapper(self, fn)
+            ir_kernel = parse_kernel(fn)
+        else:
+            self.__name__ = ir_kernel.name
+        self.ir = ir_kernel
+        self.__polyad_kernel__ = ir_kernel
+        self._compiled: dict = {}
+
+    def compile(self, target: str = "openmp", sanitize: Optional[str] = None) -> CompiledKernel:
+        """Schedule, emit and compile (cached per target and sanitizer)."""
+        if target not in TARGETS:
+            raise ValueError(f"unknown target {target!r}; choose one of {TARGETS}")
+        if sanitize not in (None, "address"):
+            raise ValueError("sanitize must be None or 'address'")
+        key = (target, sanitize)
+        if key not in self._compiled:
+            sk = schedule_kernel(self.ir)
+            source = emit_openmp(sk)
+            self._compiled[key] = CompiledKernel(sk.kernel, source, signature(sk.kernel),
+                                                 sk.requirements, sk.model.params, sanitize)
+        return self._compiled[key]
+
+    @property
+    def source(self) -> str:
+        """The generated OpenMP C source."""
+        return self.compile().source
+
+    def __call__(self, *args, **kwargs):
+        return self.compile()(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"<polyad kernel {self.ir.name} ({self.ir.filename}:{self.ir.line})>"
+
+
+def kernel(fn) -> Kernel:
+    """Decorator: parse ``fn`` as a polyad kernel (DSLError on unsupported constructs)."""
+    return Kernel(fn)
+
+
+def compile(k: Kernel, target: str = "openmp", sanitize: Optional[str] = None) -> CompiledKernel:
+    """Compile kernel ``k`` now; returns a callable with ``.source`` (the generated C).
+
+    ``sanitize="address"`` builds with AddressSanitizer (load it in a process
+    started with ``LD_PRELOAD=$(gcc -print-file-name=libasan.so)``).
+    """
+    if not isinstance(k, Kernel):
+        raise TypeError(f"pa.compile() takes a @pa.kernel, got {type(k).__name__}")
+    return k.compile(target, sanitize)

@@ -1,0 +1,271 @@
+"""OpenMP C emitter: walks the annotated ISL AST of a scheduled kernel.
+
+The emitted C is deterministic and readable: DSL names for arrays, scalars,
+sizes and (where unambiguous) loop iterators, one statement per line with a
+comment naming its DSL line, ``#pragma omp`` only where the schedule stage's
+dependence test said so.
+
+C signature of a kernel (documented in the emitted header comment too):
+parameters in DSL order (arrays as pointers, ``const`` when only read;
+scalars by value), then the sizes (``int64_t``), then temporary arrays, then
+``<result>_out`` (pointer to the returned scalar) when the kernel returns one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import islpy as isl
+
+from .. import ir
+from ..ir import Load
+from ..schedule import ScheduledKernel
+from ..schedule.build import ast_children, loop_info
+from .cexpr import AST_HELPERS, CPrinter, ast_expr_c, ast_expr_ir
+
+POLYAD_VERSION = "0.1.0"
+
+C_RESERVED = set("""
+auto break case char const continue default do double else enum extern float for goto if
+inline int long register restrict return short signed sizeof static struct switch typedef
+union unsigned void volatile while _Bool _Complex main errno int8_t int16_t int32_t int64_t
+uint8_t uint16_t uint32_t uint64_t size_t NAN INFINITY
+abs labs llabs div exp exp2 expm1 log log2 log10 log1p sin cos tan sinh cosh tanh asin acos atan
+atan2 asinh acosh atanh sqrt cbrt pow fabs floor ceil round trunc fmod remainder fmin fmax fma
+erf erfc tgamma lgamma gamma j0 j1 jn y0 y1 yn nan rint lrint frexp ldexp modf hypot isnan isinf
+signbit copysign nextafter scalbn ilogb logb expf logf sinf cosf sqrtf powf fabsf floorf
+""".split())
+
+
+def cname(name: str) -> str:
+    """The C identifier for a DSL name (suffixed when it would clash with C or libm)."""
+    return name + "_" if name in C_RESERVED or name.startswith("pa_") else name
+
+
+@dataclass
+class CSignature:
+    """The C-level parameter list: (kind, DSL name, C declaration) triples.
+
+    kind is ``array``, ``scalar``, ``size``, ``temp`` or ``result``.
+    """
+
+    name: str
+    params: list
+
+    def declaration(self) -> str:
+        return f"void {self.name}({', '.join(d for _, _, d in self.params) or 'void'})"
+
+
+def signature(kernel: ir.Kernel) -> CSignature:
+    written = {st.target.array for st in kernel.statements if isinstance(st.target, Load)}
+    params = []
+    for p in kernel.params:
+        if p.is_array:
+            const = "" if p.name in written or p.intent != "in" else "const "
+            params.append(("array", p.name,
+                           f"{const}{p.type.dtype.c_type} *restrict {cname(p.name)}"))
+        else:
+            params.append(("scalar", p.name, f"{p.type.c_type} {cname(p.name)}"))
+    for s in kernel.sizes:
+        params.append(("size", s, f"int64_t {cname(s)}"))
+    for t in kernel.temps:
+        params.append(("temp", t.name, f"{t.type.dtype.c_type} *restrict {cname(t.name)}"))
+    if kernel.result is not None:
+        name, dt = kernel.result
+        params.append(("result", name, f"{dt.c_type} *restrict {cname(name)}_out"))
+    return CSignature(cname(kernel.name), params)
+
+
+class _Emitter:
+    def __init__(self, sk: ScheduledKernel):
+        self.sk = sk
+        self.k = sk.kernel
+        self.func_names = {f.name: "pa_fn_" + f.name for f in self.k.funcs}
+        self.names = self._dsl_names()
+        self.printer = CPrinter(self.k, self.func_names, self.names)
+        self.lines: list[str] = []
+        self.uses_ast_helpers = False
+
+    def _dsl_names(self) -> dict[str, str]:
+        names = {p.name: cname(p.name) for p in self.k.params}
+        names.update({s: cname(s) for s in self.k.sizes})
+        names.update({n: cname(n) for n, _ in self.k.locals})
+        names.update({t.name: cname(t.name) for t in self.k.temps})
+        return names
+
+    # ---- statements ------------------------------------------------------
+    def statement(self, st: ir.Statement, args: list, indent: str, atomic: bool):
+        """Print ``st`` with its loop variables replaced by the AST's iterator expressions."""
+        p = self.printer
+        env = self.names
+        values = dict(zip(st.loop_vars, args))
+        st = dataclasses.replace(
+            st, target=_subst(st.target, values), expr=_subst(st.expr, values),
+            guard=_subst(st.guard, values) if st.guard is not None else None)
+        t = st.target
+        target = p.load(t, env) if isinstance(t, Load) else self.names[t.name]
+        value = p.expr(st.expr, env)
+        comment = f"  // line {st.line}: {st.source[:70]}" if st.source else f"  // line {st.line}"
+        body = f"{target} {st.op} {value};"
+        if st.guard is not None:
+            self.out(indent, f"if ({p.expr(st.guard, env)}) {{")
+            if atomic:
+                self.out(indent + "  ", "#pragma omp atomic")
+            self.out(indent + "  ", body + comment)
+            self.out(indent, "}")
+        else:
+            if atomic:
+                self.out(indent, "#pragma omp atomic")
+            self.out(indent, body + comment)
+
+    def out(self, indent, text):
+        self.lines.append(indent + text)
+
+    # ---- AST walk ----------------------------------------------------------
+    def walk(self, node: isl.AstNode, indent: str, iters: dict, atomic: frozenset):
+        t = node.get_type()
+        if t == isl.ast_node_type.block:
+            ch = node.block_get_children()
+            for k in range(ch.n_ast_node()):
+                self.walk(ch.get_at(k), indent, iters, atomic)
+        elif t == isl.ast_node_type.for_:
+            self.for_loop(node, indent, iters, atomic)
+        elif t == isl.ast_node_type.if_:
+            self.out(indent, f"if ({self.ast_c(node.if_get_cond(), iters)}) {{")
+            self.walk(node.if_get_then_node(), indent + "  ", iters, atomic)
+            if node.if_has_else_node():
+                self.out(indent, "} else {")
+                self.walk(node.if_get_else_node(), indent + "  ", iters, atomic)
+            self.out(indent, "}")
+        elif t == isl.ast_node_type.mark:
+            self.walk(node.mark_get_node(), indent, iters, atomic)
+        elif t == isl.ast_node_type.user:
+            call = node.user_get_expr()
+            name = call.get_op_arg(0).get_id().get_name()
+            args = [ast_expr_ir(call.get_op_arg(k), iters) for k in range(1, call.get_op_n_arg())]
+            self.statement(self.sk.statement(name), args, indent, name in atomic)
+        else:
+            raise NotImplementedError(f"ISL AST node {t}")
+
+    def ast_c(self, e, iters) -> str:
+        text = ast_expr_c(e, iters)
+        if "pa_i" in text:
+            self.uses_ast_helpers = True
+        return text
+
+    def for_loop(self, node, indent, iters, atomic):
+        info = loop_info(node, self.sk.loops)
+        it = node.for_get_iterator().get_id().get_name()
+        name = self.iterator_name(node, it, iters)
+        iters = {**iters, it: name}
+        init = self.ast_c(node.for_get_init(), iters)
+        cond = self.ast_c(node.for_get_cond(), iters)
+        inc = self.ast_c(node.for_get_inc(), iters)
+        if cond.startswith("(") and cond.endswith(")"):
+            cond = cond[1:-1]
+        if info is not None and (info.omp_parallel or info.simd):
+            clauses = []
+            if info.reductions:
+                by_op: dict[str, list[str]] = {}
+                for var, op in sorted(info.reductions.items()):
+                    by_op.setdefault(op, []).append(self.names[var])
+                clauses += [f"reduction({op}:{', '.join(v)})" for op, v in by_op.items()]
+            if info.private:
+                clauses.append(f"private({', '.join(self.names[v] for v in sorted(info.private))})")
+            head = "parallel for" + (" simd" if info.simd else "") + " schedule(static)" \
+                if info.omp_parallel else "simd"
+            self.out(indent, f"#pragma omp {head}" + "".join(" " + c for c in clauses))
+            if info.omp_parallel:
+                atomic = atomic | info.atomic
+        step = f"{name} += {inc}" if inc != "1" else f"{name}++"
+        self.out(indent, f"for (int64_t {name} = {init}; {cond}; {step}) {{")
+        self.walk(node.for_get_body(), indent + "  ", iters, atomic)
+        self.out(indent, "}")
+
+    def iterator_name(self, node, it: str, iters: dict) -> str:
+        """The DSL loop variable this AST loop runs over, when that is unambiguous."""
+        candidates = set()
+        self._collect_loop_vars(node.for_get_body(), it, candidates)
+        taken = set(iters.values()) | set(self.names.values())
+        if len(candidates) == 1:
+            name = cname(candidates.pop())
+            if name not in taken:
+                return name
+        name = it
+        while name in taken:
+            name = "_" + name
+        return name
+
+    def _collect_loop_vars(self, node, it, out: set):
+        t = node.get_type()
+        if t == isl.ast_node_type.user:
+            call = node.user_get_expr()
+            st = self.sk.statement(call.get_op_arg(0).get_id().get_name())
+            for k in range(1, call.get_op_n_arg()):
+                a = call.get_op_arg(k)
+                if a.get_type() == isl.ast_expr_type.id and a.get_id().get_name() == it:
+                    out.add(st.loop_vars[k - 1])
+            return
+        for c in ast_children(node):
+            self._collect_loop_vars(c, it, out)
+
+    # ---- whole file ----------------------------------------------------
+    def func_source(self, f: ir.FuncDef) -> list[str]:
+        p = self.printer
+        names = {n: cname(n) for n, _ in f.params + f.locals}
+        params = ", ".join(f"{dt.c_type} {cname(n)}" for n, dt in f.params) or "void"
+        lines = [f"/* @pa.func {f.name} ({f.filename}:{f.line}) */",
+                 f"static inline {f.result.c_type} {self.func_names[f.name]}({params})", "{"]
+        for n, dt in f.locals:
+            lines.append(f"  {dt.c_type} {cname(n)};")
+
+        def body(stmts, indent):
+            for s in stmts:
+                if isinstance(s, ir.FAssign):
+                    lines.append(f"{indent}{cname(s.name)} = {p.expr(s.expr, names)};  // line {s.line}")
+                elif isinstance(s, ir.FReturn):
+                    lines.append(f"{indent}return {p.expr(s.expr, names)};  // line {s.line}")
+                elif isinstance(s, ir.FIf):
+                    lines.append(f"{indent}if ({p.expr(s.cond, names)}) {{")
+                    body(s.then, indent + "  ")
+                    if s.orelse:
+                        lines.append(f"{indent}}} else {{")
+                        body(s.orelse, indent + "  ")
+                    lines.append(f"{indent}}}")
+
+        body(f.body, "  ")
+        lines.append("}")
+        return lines
+
+    def source(self) -> str:
+        k = self.k
+        sig = signature(k)
+        funcs = []
+        for f in k.funcs:
+            funcs += self.func_source(f) + [""]
+        for n, dt in k.locals:
+            self.out("  ", f"{dt.c_type} {self.names[n]} = 0;")
+        self.walk(self.sk.ast, "  ", {}, frozenset())
+        if k.result is not None:
+            self.out("  ", f"*{cname(k.result[0])}_out = {self.names[k.result[0]]};")
+        head = [f"/* Generated by polyad {POLYAD_VERSION} from kernel '{k.name}' "
+                f"({k.filename}:{k.line}). */",
+                "/* C signature: DSL parameters in order (arrays as row-major pointers), then "
+                "the sizes, then temporaries, then the result pointer. */",
+                "#include <math.h>", "#include <stdint.h>", ""]
+        helpers = list(self.printer.helpers.values())
+        if self.uses_ast_helpers:
+            helpers.append(AST_HELPERS)
+        if helpers:
+            head += helpers + [""]
+        return "\n".join(head + funcs + [sig.declaration(), "{"] + self.lines + ["}", ""])
+
+
+def _subst(e: ir.Expr, values: dict) -> ir.Expr:
+    return ir.fold_integer_constants(ir.substitute(e, values))
+
+
+def emit_openmp(sk: ScheduledKernel) -> str:
+    """The OpenMP C99 source of a scheduled kernel."""
+    return _Emitter(sk).source()

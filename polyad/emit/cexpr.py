@@ -1,0 +1,241 @@
+"""The shared C expression printer: IR expressions and ISL AST expressions to C99.
+
+Used by the OpenMP emitter (and later by the CUDA one). Helpers the printed
+code needs (floor division, Python modulo, sign, min/max per type) are
+recorded in ``CPrinter.helpers`` and emitted once, before the kernel.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Mapping
+
+import islpy as isl
+
+from .. import ir
+from ..ir import (Binary, Call, Cast, Const, Expr, Load, LoopVar, ScalarRef, Select, SizeVar,
+                  Unary)
+
+# C spelling of each intrinsic per float type: (float, double).
+C_MATH = {
+    "exp": ("expf", "exp"), "exp2": ("exp2f", "exp2"), "log": ("logf", "log"),
+    "log2": ("log2f", "log2"), "log10": ("log10f", "log10"), "sin": ("sinf", "sin"),
+    "cos": ("cosf", "cos"), "tan": ("tanf", "tan"), "sinh": ("sinhf", "sinh"),
+    "cosh": ("coshf", "cosh"), "tanh": ("tanhf", "tanh"), "asin": ("asinf", "asin"),
+    "acos": ("acosf", "acos"), "atan": ("atanf", "atan"), "asinh": ("asinhf", "asinh"),
+    "acosh": ("acoshf", "acosh"), "atanh": ("atanhf", "atanh"), "sqrt": ("sqrtf", "sqrt"),
+    "erf": ("erff", "erf"), "erfc": ("erfcf", "erfc"), "floor": ("floorf", "floor"),
+    "ceil": ("ceilf", "ceil"), "pow": ("powf", "pow"), "atan2": ("atan2f", "atan2"),
+}
+
+_TYPED_HELPERS = {
+    "abs": "static inline {t} pa_abs_{n}({t} x) {{ return x < 0 ? -x : x; }}",
+    "sign": "static inline {t} pa_sign_{n}({t} x) {{ return ({t})((x > 0) - (x < 0)); }}",
+    "min": "static inline {t} pa_min_{n}({t} a, {t} b) {{ return b < a ? b : a; }}",
+    "max": "static inline {t} pa_max_{n}({t} a, {t} b) {{ return b > a ? b : a; }}",
+    "rsqrt": "static inline {t} pa_rsqrt_{n}({t} x) {{ return ({t})1 / sqrt{f}(x); }}",
+    "floordiv": ("static inline {t} pa_floordiv_{n}({t} a, {t} b) "
+                 "{{ {t} q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }}"),
+    "mod": ("static inline {t} pa_mod_{n}({t} a, {t} b) "
+            "{{ {t} r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }}"),
+    "fmod": ("static inline {t} pa_mod_{n}({t} a, {t} b) "
+             "{{ {t} r = fmod{f}(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }}"),
+    "ffloordiv": "static inline {t} pa_floordiv_{n}({t} a, {t} b) {{ return floor{f}(a / b); }}",
+    "ipow": ("static inline {t} pa_pow_{n}({t} a, {t} b) "
+             "{{ {t} r = 1; for ({t} k = 0; k < b; ++k) r *= a; return r; }}"),
+}
+
+
+def c_literal(value, dtype: ir.DType) -> str:
+    if dtype.is_float:
+        v = float(value)
+        if math.isnan(v):
+            return "NAN"
+        if math.isinf(v):
+            return "INFINITY" if v > 0 else "(-INFINITY)"
+        text = repr(v)
+        if "e" not in text and "." not in text:
+            text += ".0"
+        return text + ("f" if dtype == ir.f32 else "")
+    v = int(value)
+    if abs(v) >= 2 ** 31:
+        return f"INT64_C({v})"
+    return str(v)
+
+
+class CPrinter:
+    """Prints IR expressions as C99 for one kernel.
+
+    ``env`` maps loop variables to the C text of their value (AST iterators)
+    and scalars/sizes to their C names; ``array_names`` and ``func_names`` map
+    arrays and device functions to their C names.
+    """
+
+    def __init__(self, kernel: ir.Kernel, func_names: Mapping[str, str] | None = None,
+                 array_names: Mapping[str, str] | None = None):
+        self.kernel = kernel
+        self.func_names = dict(func_names or {})
+        self.array_names = dict(array_names or {})
+        self.helpers: dict[str, str] = {}
+
+    def helper(self, kind: str, dtype: ir.DType) -> str:
+        n = dtype.name
+        key = f"{kind}_{n}"
+        if key not in self.helpers:
+            tmpl = _TYPED_HELPERS[kind]
+            self.helpers[key] = tmpl.format(t=dtype.c_type, n=n, f="f" if dtype == ir.f32 else "")
+        return {"ffloordiv": "pa_floordiv", "fmod": "pa_mod", "ipow": "pa_pow"}.get(kind, "pa_" + kind) + "_" + n
+
+    def index(self, ld: Load, env: Mapping[str, str]) -> str:
+        """Row-major flat offset of ``ld`` (``(i0 * E1 + i1) * E2 + i2``), folded."""
+        shape = self.kernel.array_type(ld.array).shape
+        out = None
+        for ix, ext in zip(ld.index, shape):
+            out = ix if out is None else Binary("+", Binary("*", out, ext, ir.i64), ix, ir.i64)
+        if out is None:
+            return "0"
+        return self.expr(ir.fold_integer_constants(out), env)
+
+    def load(self, ld: Load, env) -> str:
+        return f"{self.array_names.get(ld.array, ld.array)}[{self.index(ld, env)}]"
+
+    def expr(self, e: Expr, env: Mapping[str, str], prec: int = 0) -> str:
+        text, p = self._expr(e, env)
+        return f"({text})" if p < prec else text
+
+    def _expr(self, e: Expr, env) -> tuple[str, int]:
+        # Precedence levels: 1 ?:, 2 ||, 3 &&, 4 ==, 5 <, 6 + -, 7 * / %, 8 unary, 9 atom.
+        if isinstance(e, Const):
+            text = c_literal(e.value, e.dtype if e.dtype != ir.boolean else ir.i64)
+            return text, (9 if not text.startswith("-") and not text.startswith("(") else 8)
+        if isinstance(e, LoopVar):
+            v = env.get(e.name, e.name)
+            return v, 9 if v.isidentifier() or v.lstrip("-").isdigit() and not v.startswith("-") else 0
+        if isinstance(e, (SizeVar, ScalarRef)):
+            return env.get(e.name, e.name), 9
+        if isinstance(e, Load):
+            return self.load(e, env), 9
+        if isinstance(e, Unary):
+            if e.op == "not":
+                return "!" + self.expr(e.a, env, 8), 8
+            return "-" + self.expr(e.a, env, 8), 8
+        if isinstance(e, Binary):
+            return self.binary(e, env)
+        if isinstance(e, Select):
+            return (f"{self.expr(e.cond, env, 2)} ? {self.expr(e.a, env, 1)} : "
+                    f"{self.expr(e.b, env, 1)}"), 1
+        if isinstance(e, Cast):
+            return f"({e.dtype.c_type}){self.expr(e.a, env, 8)}", 8
+        if isinstance(e, Call):
+            return self.call(e, env), 9
+        raise TypeError(f"cannot print {e!r}")
+
+    def binary(self, e: Binary, env) -> tuple[str, int]:
+        op, dt = e.op, e.dtype
+        if op in ("and", "or"):
+            p = 3 if op == "and" else 2
+            c = "&&" if op == "and" else "||"
+            return f"{self.expr(e.a, env, p)} {c} {self.expr(e.b, env, p + 1)}", p
+        if op in ir.COMPARE_OPS:
+            p = 4 if op in ("==", "!=") else 5
+            return f"{self.expr(e.a, env, p + 1)} {op} {self.expr(e.b, env, p + 1)}", p
+        if op in ("+", "-"):
+            return f"{self.expr(e.a, env, 6)} {op} {self.expr(e.b, env, 7)}", 6
+        if op in ("*", "/"):
+            return f"{self.expr(e.a, env, 7)} {op} {self.expr(e.b, env, 8)}", 7
+        if op == "//":
+            kind = "ffloordiv" if dt.is_float else "floordiv"
+            return f"{self.helper(kind, dt)}({self.expr(e.a, env)}, {self.expr(e.b, env)})", 9
+        if op == "%":
+            kind = "fmod" if dt.is_float else "mod"
+            return f"{self.helper(kind, dt)}({self.expr(e.a, env)}, {self.expr(e.b, env)})", 9
+        if op == "**":
+            b = e.b
+            if isinstance(b, Const) and float(b.value) in (1.0, 2.0, 3.0):
+                a = self.expr(e.a, env, 8)
+                return " * ".join([a] * int(b.value)), 7
+            if isinstance(b, Const) and float(b.value) == 0.5 and dt.is_float:
+                return f"{C_MATH['sqrt'][dt == ir.f64]}({self.expr(e.a, env)})", 9
+            if not dt.is_float:
+                return f"{self.helper('ipow', dt)}({self.expr(e.a, env)}, {self.expr(e.b, env)})", 9
+            return f"{C_MATH['pow'][dt == ir.f64]}({self.expr(e.a, env)}, {self.expr(e.b, env)})", 9
+        raise TypeError(op)
+
+    def call(self, e: Call, env) -> str:
+        args = ", ".join(self.expr(a, env) for a in e.args)
+        if e.func in self.func_names:
+            return f"{self.func_names[e.func]}({args})"
+        if e.func in ("abs", "sign", "min", "max", "rsqrt"):
+            if e.func == "abs" and e.dtype.is_float:
+                return f"{'fabsf' if e.dtype == ir.f32 else 'fabs'}({args})"
+            return f"{self.helper(e.func, e.dtype)}({args})"
+        if e.func in C_MATH:
+            if not e.dtype.is_float:
+                raise TypeError(f"{e.func} on integers")
+            return f"{C_MATH[e.func][e.dtype == ir.f64]}({args})"
+        raise KeyError(f"no C spelling for intrinsic {e.func!r}")
+
+
+def ast_expr_ir(e: isl.AstExpr, names: Mapping[str, str]) -> Expr:
+    """An ISL AST expression as an IR integer expression (iterators renamed).
+
+    Operations other than + - * and negation become an opaque ``LoopVar`` whose
+    name is their C text (printed as is).
+    """
+    t = e.get_type()
+    if t == isl.ast_expr_type.id:
+        n = e.get_id().get_name()
+        return LoopVar(names.get(n, n))
+    if t == isl.ast_expr_type.int:
+        return Const(e.get_val().to_python(), ir.i64)
+    T = isl.ast_expr_op_type
+    op = e.get_op_type()
+    ops = {T.add: "+", T.sub: "-", T.mul: "*"}
+    if op in ops:
+        return Binary(ops[op], ast_expr_ir(e.get_op_arg(0), names),
+                      ast_expr_ir(e.get_op_arg(1), names), ir.i64)
+    if op == T.minus:
+        return Unary("neg", ast_expr_ir(e.get_op_arg(0), names), ir.i64)
+    return LoopVar(f"({ast_expr_c(e, names)})")
+
+
+def ast_expr_c(e: isl.AstExpr, names: Mapping[str, str]) -> str:
+    """An ISL AST expression as C (iterators renamed through ``names``)."""
+    t = e.get_type()
+    if t == isl.ast_expr_type.id:
+        n = e.get_id().get_name()
+        return names.get(n, n)
+    if t == isl.ast_expr_type.int:
+        return str(e.get_val().to_python())
+    op = e.get_op_type()
+    args = [ast_expr_c(e.get_op_arg(k), names) for k in range(e.get_op_n_arg())]
+    T = isl.ast_expr_op_type
+    binops = {T.add: "+", T.sub: "-", T.mul: "*", T.lt: "<", T.le: "<=", T.gt: ">",
+              T.ge: ">=", T.eq: "==", T.and_: "&&", T.or_: "||", T.and_then: "&&",
+              T.or_else: "||", T.pdiv_q: "/", T.pdiv_r: "%", T.zdiv_r: "%", T.div: "/"}
+    if op in binops:
+        a, b = args
+        if op == T.add and b.startswith("-"):
+            return f"({a} - {b[1:]})" if b[1:].isidentifier() or b[1:].isdigit() else f"({a} + {b})"
+        return f"({a} {binops[op]} {b})"
+    if op == T.minus:
+        return f"-{args[0]}" if args[0].isidentifier() or args[0].isdigit() else f"-({args[0]})"
+    if op in (T.max, T.min):
+        fn = "pa_imax" if op == T.max else "pa_imin"
+        out = args[0]
+        for a in args[1:]:
+            out = f"{fn}({out}, {a})"
+        return out
+    if op == T.fdiv_q:
+        return f"pa_ifloord({args[0]}, {args[1]})"
+    if op in (T.select, T.cond):
+        return f"({args[0]} ? {args[1]} : {args[2]})"
+    raise NotImplementedError(f"ISL AST operation {op}")
+
+
+AST_HELPERS = (
+    "static inline int64_t pa_imin(int64_t a, int64_t b) { return b < a ? b : a; }\n"
+    "static inline int64_t pa_imax(int64_t a, int64_t b) { return b > a ? b : a; }\n"
+    "static inline int64_t pa_ifloord(int64_t a, int64_t b) "
+    "{ return (a >= 0) ? a / b : -((-a + b - 1) / b); }"
+)

@@ -1,0 +1,893 @@
+"""Python DSL -> IR.
+
+``parse_kernel(fn)`` reads the source of a ``@pa.kernel`` function with
+``ast``, resolves names through its globals and closure (sizes, device
+functions, constants, intrinsics) and returns an ``ir.Kernel``;
+``parse_func(fn)`` does the same for a ``@pa.func`` device function.
+
+Anything the DSL has no meaning for raises ``DSLError`` with the file, line,
+column and a hint.
+"""
+
+from __future__ import annotations
+
+import ast
+import builtins
+import inspect
+import math
+import textwrap
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import numpy as np
+
+from .. import ir
+from ..errors import DSLError
+from ..intrinsics import INTRINSICS, PYTHON_ALIASES, Intrinsic
+from ..ir import (Binary, Call, Cast, Condition, Const, DType, Expr, Load, Loop, LoopVar,
+                  ScalarRef, Select, SizeVar, Statement, Unary)
+
+_BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
+           ast.Mod: "%", ast.Pow: "**"}
+_CMPOPS = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==",
+           ast.NotEq: "!="}
+_AUGOPS = {ast.Add: "+=", ast.Sub: "-=", ast.Mult: "*=", ast.Div: "/="}
+
+# Constructs with a dedicated message; anything else unknown gets a generic one.
+_UNSUPPORTED_STMT = {
+    ast.Break: ("'break' is not supported in kernels",
+                "express the early exit as a loop bound or an if-condition"),
+    ast.Continue: ("'continue' is not supported in kernels",
+                   "wrap the rest of the loop body in an if-statement instead"),
+    ast.While: ("'while' loops are not supported in kernels",
+                "use 'for v in range(lo, hi)' with affine bounds"),
+    ast.Try: ("'try' is not supported in kernels", "kernels cannot raise or catch exceptions"),
+    ast.With: ("'with' is not supported in kernels", "remove the with-block"),
+    ast.FunctionDef: ("nested function definitions are not supported in kernels",
+                      "define a device function at module level with @pa.func"),
+    ast.Lambda: ("lambda is not supported in kernels",
+                 "define a device function at module level with @pa.func"),
+    ast.Raise: ("'raise' is not supported in kernels", "kernels cannot raise exceptions"),
+    ast.Global: ("'global' is not supported in kernels", "pass the value as a parameter"),
+    ast.Nonlocal: ("'nonlocal' is not supported in kernels", "pass the value as a parameter"),
+    ast.Delete: ("'del' is not supported in kernels", "remove the statement"),
+    ast.Import: ("'import' is not supported in kernels", "import at module level"),
+    ast.ImportFrom: ("'import' is not supported in kernels", "import at module level"),
+    ast.ClassDef: ("class definitions are not supported in kernels", "define it at module level"),
+}
+
+
+@dataclass
+class _Source:
+    """The function's source with the mapping back to file lines and columns."""
+
+    filename: str
+    tree: ast.FunctionDef
+    text: str
+    line_offset: int
+    col_offset: int
+
+    @classmethod
+    def of(cls, fn) -> "_Source":
+        try:
+            lines, start = inspect.getsourcelines(fn)
+        except (OSError, TypeError) as exc:
+            raise DSLError(f"cannot read the source of {getattr(fn, '__name__', fn)!r}: {exc}",
+                           getattr(getattr(fn, "__code__", None), "co_filename", "<unknown>"),
+                           hint="define kernels in a .py file (not in an interactive prompt)")
+        raw = "".join(lines)
+        text = textwrap.dedent(raw)
+        indent = len(lines[0]) - len(lines[0].lstrip()) if lines else 0
+        mod = ast.parse(text)
+        node = mod.body[0]
+        if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            raise DSLError("a kernel must be a function definition", fn.__code__.co_filename, start)
+        return cls(fn.__code__.co_filename, node, text, start - 1, indent)
+
+    def error(self, node, message: str, hint: str = "", cls=DSLError) -> DSLError:
+        line = getattr(node, "lineno", 1) + self.line_offset
+        col = getattr(node, "col_offset", 0) + self.col_offset
+        return cls(message, self.filename, line, col, hint)
+
+    def line(self, node) -> int:
+        return getattr(node, "lineno", 1) + self.line_offset
+
+    def segment(self, node) -> str:
+        seg = ast.get_source_segment(self.text, node) or ""
+        return " ".join(seg.split())
+
+
+def _namespace(fn) -> dict[str, Any]:
+    """Globals, builtins and closure cells visible to ``fn``."""
+    ns = dict(vars(builtins))
+    ns.update(fn.__globals__)
+    code = fn.__code__
+    if fn.__closure__:
+        for name, cell in zip(code.co_freevars, fn.__closure__):
+            try:
+                ns[name] = cell.cell_contents
+            except ValueError:
+                pass
+    return ns
+
+
+def _resolve_annotation(fn, name, ns, src: _Source, node):
+    ann = fn.__annotations__.get(name, inspect.Parameter.empty)
+    if isinstance(ann, str):
+        try:
+            ann = eval(ann, ns)
+        except Exception as exc:
+            raise src.error(node, f"cannot evaluate the annotation of {name!r}: {exc}")
+    return ann
+
+
+# --------------------------------------------------------------------------
+# expressions shared by kernels and device functions
+# --------------------------------------------------------------------------
+
+
+def _weak_fix(a: Expr, b: Expr) -> tuple[Expr, Expr]:
+    """Give a weak literal the type of the other operand (``x * 2.0`` stays f32)."""
+    if isinstance(a, Const) and a.weak and not (isinstance(b, Const) and b.weak):
+        if b.dtype.is_float or not a.dtype.is_float:
+            a = Const(a.value if not b.dtype.is_float else float(a.value), b.dtype)
+    if isinstance(b, Const) and b.weak and not (isinstance(a, Const) and a.weak):
+        if a.dtype.is_float or not b.dtype.is_float:
+            b = Const(b.value if not a.dtype.is_float else float(b.value), a.dtype)
+    return a, b
+
+
+def make_binary(op: str, a: Expr, b: Expr) -> Expr:
+    """A typed binary node (Python semantics: ``/`` is true division)."""
+    a, b = _weak_fix(a, b)
+    if op in ir.COMPARE_OPS or op in ir.LOGIC_OPS:
+        return Binary(op, a, b, ir.boolean)
+    dt = ir.promote(a.dtype, b.dtype)
+    if op == "/" and not dt.is_float:
+        dt = ir.f64
+        a, b = Cast(a, dt), Cast(b, dt)
+    if op == "**" and not dt.is_float and not (isinstance(b, Const) and b.value >= 0):
+        dt = ir.f64
+    weak = isinstance(a, Const) and a.weak and isinstance(b, Const) and b.weak
+    if weak and op in ("+", "-", "*") and isinstance(a.value, (int, float)):
+        val = {"+": a.value + b.value, "-": a.value - b.value, "*": a.value * b.value}[op]
+        return Const(val, dt, True)
+    return Binary(op, a, b, dt)
+
+
+def cast_to(e: Expr, dt: DType) -> Expr:
+    if e.dtype == dt:
+        return e
+    if isinstance(e, Const):
+        return Const(float(e.value) if dt.is_float else int(e.value), dt)
+    return Cast(e, dt)
+
+
+def is_affine(e: Expr, int_params: frozenset = frozenset()) -> bool:
+    """Quasi-affine in loop variables, sizes and integer parameters (what ISL models)."""
+    if isinstance(e, Const):
+        return not e.dtype.is_float and isinstance(e.value, (int, np.integer))
+    if isinstance(e, (LoopVar, SizeVar)):
+        return True
+    if isinstance(e, ScalarRef):
+        return e.name in int_params
+    if isinstance(e, Unary) and e.op == "neg":
+        return is_affine(e.a, int_params)
+    if isinstance(e, Cast):
+        return not e.dtype.is_float and is_affine(e.a, int_params)
+    if isinstance(e, Binary):
+        if e.op in ("+", "-"):
+            return is_affine(e.a, int_params) and is_affine(e.b, int_params)
+        if e.op == "*":
+            return ((is_constant(e.a) and is_affine(e.b, int_params))
+                    or (is_constant(e.b) and is_affine(e.a, int_params)))
+        if e.op in ("//", "%"):
+            return (is_affine(e.a, int_params) and is_constant(e.b)
+                    and const_value(e.b) > 0)
+    return False
+
+
+def is_constant(e: Expr) -> bool:
+    if isinstance(e, Const):
+        return not e.dtype.is_float
+    if isinstance(e, Unary) and e.op == "neg":
+        return is_constant(e.a)
+    if isinstance(e, Binary) and e.op in ("+", "-", "*"):
+        return is_constant(e.a) and is_constant(e.b)
+    return False
+
+
+def const_value(e: Expr) -> int:
+    if isinstance(e, Const):
+        return int(e.value)
+    if isinstance(e, Unary):
+        return -const_value(e.a)
+    a, b = const_value(e.a), const_value(e.b)
+    return {"+": a + b, "-": a - b, "*": a * b}[e.op]
+
+
+def is_affine_condition(e: Expr, int_params: frozenset) -> bool:
+    if isinstance(e, Binary) and e.op in ir.LOGIC_OPS:
+        return is_affine_condition(e.a, int_params) and is_affine_condition(e.b, int_params)
+    if isinstance(e, Unary) and e.op == "not":
+        return is_affine_condition(e.a, int_params)
+    if isinstance(e, Binary) and e.op in ir.COMPARE_OPS and e.op != "!=":
+        return is_affine(e.a, int_params) and is_affine(e.b, int_params)
+    return False
+
+
+class _ExprParser:
+    """Converts Python expression ASTs into typed IR expressions."""
+
+    def __init__(self, src: _Source, ns: dict[str, Any]):
+        self.src = src
+        self.ns = ns
+        self.funcs: dict[str, ir.FuncDef] = {}
+
+    # hooks overridden by the kernel parser
+    def name_expr(self, node: ast.Name) -> Expr:
+        raise NotImplementedError
+
+    def subscript_expr(self, node: ast.Subscript) -> Expr:
+        raise self.src.error(node, "array indexing is not allowed here")
+
+    def err(self, node, message, hint=""):
+        return self.src.error(node, message, hint)
+
+    def global_value(self, node: ast.AST):
+        """The Python object an ``a.b.c`` or name expression refers to, or raise."""
+        if isinstance(node, ast.Name):
+            if node.id not in self.ns:
+                raise self.err(node, f"unknown name {node.id!r}",
+                               "define it at module level, pass it as a parameter, or fix the spelling")
+            return self.ns[node.id]
+        if isinstance(node, ast.Attribute):
+            base = self.global_value(node.value)
+            if not hasattr(base, node.attr):
+                raise self.err(node, f"{ast.unparse(node.value)!s} has no attribute {node.attr!r}")
+            return getattr(base, node.attr)
+        raise self.err(node, f"cannot evaluate {ast.unparse(node)!r} here")
+
+    def constant(self, node, value) -> Expr:
+        if isinstance(value, bool):
+            return Const(int(value), ir.boolean)
+        if isinstance(value, (int, np.integer)):
+            return Const(int(value), ir.i64, weak=True)
+        if isinstance(value, (float, np.floating)):
+            return Const(float(value), ir.f64, weak=True)
+        raise self.err(node, f"the DSL has no meaning for the constant {value!r}",
+                       "kernels use numbers, arrays, sizes and scalars only")
+
+    def expr(self, node: ast.AST) -> Expr:
+        m = getattr(self, "x_" + type(node).__name__, None)
+        if m is None:
+            what = type(node).__name__
+            hint = "kernels use arithmetic, comparisons, calls of intrinsics and device functions"
+            if isinstance(node, (ast.List, ast.Dict, ast.Set, ast.Tuple, ast.ListComp,
+                                 ast.DictComp, ast.SetComp, ast.GeneratorExp)):
+                hint = "use arrays passed as parameters or pa.zeros(...) temporaries"
+            if isinstance(node, ast.Lambda):
+                hint = "define a device function at module level with @pa.func"
+            raise self.err(node, f"{what} expressions are not supported in kernels", hint)
+        return m(node)
+
+    def x_Constant(self, node):
+        return self.constant(node, node.value)
+
+    def x_Name(self, node):
+        return self.name_expr(node)
+
+    def x_Attribute(self, node):
+        value = self.global_value(node)
+        return self.constant(node, value)
+
+    def x_Subscript(self, node):
+        return self.subscript_expr(node)
+
+    def x_UnaryOp(self, node):
+        a = self.expr(node.operand)
+        if isinstance(node.op, ast.USub):
+            if isinstance(a, Const):
+                return Const(-a.value, a.dtype, a.weak)
+            return Unary("neg", a, a.dtype)
+        if isinstance(node.op, ast.UAdd):
+            return a
+        if isinstance(node.op, ast.Not):
+            return Unary("not", a, ir.boolean)
+        raise self.err(node, "bitwise '~' is not supported in kernels")
+
+    def x_BinOp(self, node):
+        op = _BINOPS.get(type(node.op))
+        if op is None:
+            raise self.err(node, f"operator {type(node.op).__name__} is not supported in kernels",
+                           "use + - * / // % **")
+        return make_binary(op, self.expr(node.left), self.expr(node.right))
+
+    def x_BoolOp(self, node):
+        op = "and" if isinstance(node.op, ast.And) else "or"
+        vals = [self.expr(v) for v in node.values]
+        out = vals[0]
+        for v in vals[1:]:
+            out = Binary(op, out, v, ir.boolean)
+        return out
+
+    def x_Compare(self, node):
+        left = self.expr(node.left)
+        out = None
+        for op, comp in zip(node.ops, node.comparators):
+            if type(op) not in _CMPOPS:
+                raise self.err(node, f"comparison {type(op).__name__} is not supported",
+                               "use < <= > >= == !=")
+            right = self.expr(comp)
+            c = make_binary(_CMPOPS[type(op)], left, right)
+            out = c if out is None else Binary("and", out, c, ir.boolean)
+            left = right
+        return out
+
+    def x_IfExp(self, node):
+        cond = self.expr(node.test)
+        a, b = self.expr(node.body), self.expr(node.orelse)
+        a, b = _weak_fix(a, b)
+        dt = ir.promote(a.dtype, b.dtype) if a.dtype != b.dtype else a.dtype
+        return Select(cond, cast_to(a, dt), cast_to(b, dt), dt)
+
+    def x_Call(self, node):
+        if node.keywords:
+            raise self.err(node, "keyword arguments are not supported in kernel calls")
+        target = self.global_value(node.func) if isinstance(node.func, (ast.Name, ast.Attribute)) \
+            else None
+        if isinstance(node.func, ast.Name) and node.func.id in ("range",):
+            raise self.err(node, "range() is only allowed as a for-loop iterable")
+        args = [self.expr(a) for a in node.args]
+        if target is float or target is int or isinstance(target, DType):
+            if len(args) != 1:
+                raise self.err(node, "a conversion takes exactly one argument")
+            dt = ir.f64 if target is float else ir.i64 if target is int else target
+            # int() truncates toward zero in Python and in C alike.
+            return cast_to(args[0], dt)
+        name = None
+        if isinstance(target, Intrinsic):
+            name = target.name
+        elif target in PYTHON_ALIASES:
+            name = PYTHON_ALIASES[target]
+        if name is not None:
+            return self.intrinsic_call(node, name, args)
+        from_func = getattr(target, "__polyad_func__", None)
+        if from_func is not None:
+            return self.func_call(node, target, args)
+        if getattr(target, "__polyad_kernel__", None) is not None:
+            raise self.err(node, "calling a kernel from inside a kernel is not supported yet",
+                           "call it from Python, or turn the shared part into a @pa.func")
+        raise self.err(node, f"call of unknown function {ast.unparse(node.func)!r}",
+                       "kernels can call intrinsics (pa.exp, abs, min, ...) and @pa.func functions")
+
+    def intrinsic_call(self, node, name, args) -> Expr:
+        f = INTRINSICS[name]
+        if f.arity == -1 and len(args) < 2 or f.arity > 0 and len(args) != f.arity:
+            n = "at least 2" if f.arity == -1 else str(f.arity)
+            raise self.err(node, f"{name}() takes {n} arguments, got {len(args)}")
+        if len(args) == 2:
+            args = list(_weak_fix(*args))
+        dt = args[0].dtype
+        for a in args[1:]:
+            dt = ir.promote(dt, a.dtype)
+        if dt == ir.boolean:
+            dt = ir.i64
+        if f.float_result and not dt.is_float:
+            dt = ir.f64
+        args = [cast_to(a, dt) for a in args]
+        if name in ("min", "max") and len(args) > 2:
+            out = Call(name, (args[0], args[1]), dt)
+            for a in args[2:]:
+                out = Call(name, (out, a), dt)
+            return out
+        return Call(name, tuple(args), dt)
+
+    def func_call(self, node, fobj, args) -> Expr:
+        fdef: ir.FuncDef = fobj.__polyad_func__
+        if len(args) != len(fdef.params):
+            raise self.err(node, f"{fdef.name}() takes {len(fdef.params)} arguments, got {len(args)}")
+        for sub in fobj.__polyad_deps__:
+            self.funcs[sub.name] = sub
+        self.funcs[fdef.name] = fdef
+        args = [cast_to(a, dt) for a, (_, dt) in zip(args, fdef.params)]
+        return Call(fdef.name, tuple(args), fdef.result)
+
+
+# --------------------------------------------------------------------------
+# device functions
+# --------------------------------------------------------------------------
+
+
+class _FuncParser(_ExprParser):
+    def __init__(self, fn, src, ns):
+        super().__init__(src, ns)
+        self.fn = fn
+        self.params: dict[str, DType] = {}
+        self.locals: dict[str, DType] = {}
+
+    def name_expr(self, node):
+        n = node.id
+        if n in self.params:
+            return ScalarRef(n, self.params[n])
+        if n in self.locals:
+            return ScalarRef(n, self.locals[n])
+        if n == self.fn.__name__:
+            raise self.err(node, f"recursive call of {n!r}", "device functions cannot recurse")
+        return self.x_Attribute(node)
+
+    def x_Call(self, node):
+        if isinstance(node.func, ast.Name) and node.func.id == self.fn.__name__:
+            raise self.err(node, f"recursive call of {node.func.id!r}",
+                           "device functions cannot recurse; write the recursion as a loop in a kernel")
+        return super().x_Call(node)
+
+    def parse(self) -> ir.FuncDef:
+        fdef = self.src.tree
+        for a in fdef.args.args:
+            ann = _resolve_annotation(self.fn, a.arg, self.ns, self.src, a)
+            if not isinstance(ann, DType):
+                raise self.err(a, f"device function parameter {a.arg!r} needs a scalar type annotation",
+                               "annotate it, e.g. x: pa.f64")
+            self.params[a.arg] = ann
+        ret = _resolve_annotation(self.fn, "return", self.ns, self.src, fdef)
+        if not isinstance(ret, DType):
+            raise self.err(fdef, "a device function needs a scalar return annotation",
+                           "annotate it, e.g. -> pa.f64")
+        self.result = ret
+        body = self.block(fdef.body)
+        if not _always_returns(body):
+            raise self.err(fdef, f"device function {fdef.name!r} may end without 'return'",
+                           "return a value on every path")
+        return ir.FuncDef(fdef.name, tuple(self.params.items()), ret, tuple(self.locals.items()),
+                          body, self.src.filename, self.src.line(fdef))
+
+    def block(self, stmts) -> tuple:
+        out = []
+        for s in stmts:
+            if isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant):
+                continue  # docstring
+            out.append(self.stmt(s))
+        return tuple(out)
+
+    def stmt(self, s):
+        line = self.src.line(s)
+        if isinstance(s, ast.Return):
+            if s.value is None:
+                raise self.err(s, "a device function must return a value")
+            return ir.FReturn(cast_to(self.expr(s.value), self.result), line)
+        if isinstance(s, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            target = s.targets[0] if isinstance(s, ast.Assign) else s.target
+            if isinstance(s, ast.Assign) and len(s.targets) != 1 or not isinstance(target, ast.Name):
+                raise self.err(s, "device functions assign to plain local names only")
+            name = target.id
+            if name in self.params:
+                raise self.err(s, f"assignment to parameter {name!r}", "use a new local name")
+            value = self.expr(s.value)
+            if isinstance(s, ast.AugAssign):
+                if name not in self.locals:
+                    raise self.err(s, f"{name!r} is updated before it is assigned")
+                op = _BINOPS.get(type(s.op))
+                value = make_binary(op, ScalarRef(name, self.locals[name]), value)
+            if name not in self.locals:
+                dt = value.dtype
+                if isinstance(value, Const) and value.weak:
+                    dt = self.result if self.result.is_float or not dt.is_float else ir.f64
+                self.locals[name] = ir.f64 if dt == ir.boolean else dt
+            return ir.FAssign(name, cast_to(value, self.locals[name]), line)
+        if isinstance(s, ast.If):
+            return ir.FIf(self.expr(s.test), self.block(s.body), self.block(s.orelse), line)
+        if isinstance(s, ast.Pass):
+            return ir.FIf(Const(1, ir.boolean), (), (), line)
+        raise self.unsupported(s)
+
+    def unsupported(self, s):
+        if type(s) in _UNSUPPORTED_STMT:
+            msg, hint = _UNSUPPORTED_STMT[type(s)]
+            return self.err(s, msg.replace("kernels", "device functions"), hint)
+        if isinstance(s, ast.For):
+            return self.err(s, "loops are not supported in device functions",
+                            "put the loop in the kernel")
+        return self.err(s, f"{type(s).__name__} statements are not supported in device functions")
+
+
+def _always_returns(body: tuple) -> bool:
+    for st in body:
+        if isinstance(st, ir.FReturn):
+            return True
+        if isinstance(st, ir.FIf) and st.orelse and _always_returns(st.then) \
+                and _always_returns(st.orelse):
+            return True
+    return False
+
+
+def parse_func(fn) -> tuple[ir.FuncDef, tuple[ir.FuncDef, ...]]:
+    """Parse a ``@pa.func`` device function: its FuncDef and the device functions it calls."""
+    src = _Source.of(fn)
+    p = _FuncParser(fn, src, _namespace(fn))
+    fdef = p.parse()
+    return fdef, tuple(p.funcs.values())
+
+
+# --------------------------------------------------------------------------
+# kernels
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class _Scope:
+    """Where the statement being parsed sits: loops, affine conditions, guard."""
+
+    loops: tuple[Loop, ...] = ()
+    position: tuple[int, ...] = ()
+    conditions: tuple[Condition, ...] = ()
+    guard: Optional[Expr] = None
+
+
+class _KernelParser(_ExprParser):
+    def __init__(self, fn, src: _Source, ns: dict[str, Any]):
+        super().__init__(src, ns)
+        self.fn = fn
+        self.params: list[ir.Param] = []
+        self.arrays: dict[str, ir.ArrayType] = {}
+        self.scalars: dict[str, DType] = {}
+        self.sizes: dict[str, None] = {}
+        self.locals: dict[str, DType] = {}
+        self.temps: list[ir.Temp] = []
+        self.statements: list[Statement] = []
+        self.counters: list[int] = [0]
+        self.scope = _Scope()
+        self.result: Optional[tuple[str, DType]] = None
+        self.int_params: set[str] = set()
+        self.written: set[str] = set()
+        self.read: set[str] = set()
+        self.default_float = ir.f64
+
+    # ---- names --------------------------------------------------------
+    def loop_vars(self) -> set[str]:
+        return {lp.var for lp in self.scope.loops}
+
+    def name_expr(self, node: ast.Name) -> Expr:
+        n = node.id
+        if n in self.loop_vars():
+            return LoopVar(n)
+        if n in self.arrays:
+            raise self.err(node, f"array {n!r} used without an index",
+                           "kernels work element by element: index the array, e.g. x[i]")
+        if n in self.scalars:
+            if not self.scalars[n].is_float:
+                self.int_params.add(n)
+            return ScalarRef(n, self.scalars[n])
+        if n in self.locals:
+            return ScalarRef(n, self.locals[n])
+        if n == self.fn.__name__:
+            raise self.err(node, f"recursive use of kernel {n!r}", "kernels cannot recurse")
+        if n not in self.ns:
+            raise self.err(node, f"unknown name {n!r}",
+                           "define it before use, pass it as a parameter, or fix the spelling")
+        value = self.ns[n]
+        if isinstance(value, ir.Size):
+            for e in ir.walk(value.expr):
+                if isinstance(e, SizeVar):
+                    self.sizes[e.name] = None
+            return value.expr
+        return self.constant(node, value)
+
+    def x_Attribute(self, node):
+        value = self.global_value(node)
+        if isinstance(value, ir.Size):
+            return value.expr
+        return self.constant(node, value)
+
+    def subscript_expr(self, node: ast.Subscript) -> Expr:
+        if not isinstance(node.value, ast.Name) or node.value.id not in self.arrays:
+            raise self.err(node, f"{ast.unparse(node.value)!r} is not an array of this kernel",
+                           "only parameter arrays and pa.zeros/pa.empty temporaries can be indexed")
+        name = node.value.id
+        at = self.arrays[name]
+        idx_nodes = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
+        if any(isinstance(i, ast.Slice) for i in idx_nodes):
+            raise self.err(node, "slices are not supported in kernels", "write a loop over the elements")
+        if len(idx_nodes) != at.ndim:
+            raise self.err(node, f"array {name!r} has {at.ndim} dimension(s) but is indexed "
+                                 f"with {len(idx_nodes)}",
+                           f"write {name}[{', '.join('i%d' % k for k in range(at.ndim))}]")
+        idx = []
+        ip = frozenset(self.int_params | {s for s, d in self.scalars.items() if not d.is_float})
+        for i_node in idx_nodes:
+            e = self.expr(i_node)
+            if e.dtype.is_float:
+                raise self.err(i_node, f"index {ast.unparse(i_node)!r} of {name!r} is a float",
+                               "indices must be integer affine expressions of loop variables and sizes")
+            if not is_affine(e, ip):
+                raise self.err(i_node, f"index {ast.unparse(i_node)!r} of {name!r} is not affine",
+                               "indices must be affine in loop variables, sizes and integer "
+                               "parameters (like 2*i + 1, i // 2, (i + 1) % 4); indices read "
+                               "from arrays are not supported")
+            for x in ir.walk(e):
+                if isinstance(x, ScalarRef):
+                    self.int_params.add(x.name)
+            idx.append(cast_to(e, ir.i64))
+        return Load(name, tuple(idx), at.dtype)
+
+    # ---- signature ----------------------------------------------------
+    def signature(self):
+        fdef = self.src.tree
+        args = fdef.args
+        if args.vararg or args.kwarg or args.kwonlyargs or args.posonlyargs:
+            raise self.err(fdef, "kernels take plain positional parameters only")
+        for a in args.args:
+            ann = _resolve_annotation(self.fn, a.arg, self.ns, self.src, a)
+            if isinstance(ann, ir.Out):
+                self.arrays[a.arg] = ann.type
+                self.params.append(ir.Param(a.arg, ann.type, "out"))
+            elif isinstance(ann, ir.ArrayType):
+                self.arrays[a.arg] = ann
+                self.params.append(ir.Param(a.arg, ann, "in"))
+            elif isinstance(ann, DType):
+                self.scalars[a.arg] = ann
+                self.params.append(ir.Param(a.arg, ann, "in"))
+            else:
+                raise self.err(a, f"parameter {a.arg!r} needs a polyad type annotation",
+                               "annotate it, e.g. x: pa.f64[N], y: pa.Out(pa.f64[N]), lam: pa.f64")
+            if isinstance(ann, (ir.Out, ir.ArrayType)):
+                for ext in (ann.type if isinstance(ann, ir.Out) else ann).shape:
+                    for e in ir.walk(ext):
+                        if isinstance(e, SizeVar):
+                            self.sizes[e.name] = None
+        floats = [t.dtype for t in self.arrays.values() if t.dtype.is_float] + \
+                 [d for d in self.scalars.values() if d.is_float]
+        if floats and all(d == ir.f32 for d in floats):
+            self.default_float = ir.f32
+        ret = _resolve_annotation(self.fn, "return", self.ns, self.src, fdef)
+        self.return_type = None
+        if ret is not inspect.Parameter.empty and ret is not None:
+            if not isinstance(ret, DType):
+                raise self.err(fdef, "a kernel returns a scalar (-> pa.f64) or nothing",
+                               "write results into pa.Out(...) array parameters")
+            self.return_type = ret
+
+    # ---- statements ---------------------------------------------------
+    def next_position(self) -> tuple[int, ...]:
+        pos = self.scope.position + (self.counters[-1],)
+        self.counters[-1] += 1
+        return pos
+
+    def emit(self, node, target, op, value: Expr):
+        value = cast_to(value, target.dtype)
+        st = Statement(name=f"S{len(self.statements)}", loops=self.scope.loops,
+                       position=self.next_position(), conditions=self.scope.conditions,
+                       guard=self.scope.guard, target=target, op=op, expr=value,
+                       line=self.src.line(node), source=self.src.segment(node))
+        self.statements.append(st)
+
+    def block(self, stmts):
+        for s in stmts:
+            self.stmt(s)
+
+    def stmt(self, s):
+        m = getattr(self, "s_" + type(s).__name__, None)
+        if m is None:
+            if type(s) in _UNSUPPORTED_STMT:
+                msg, hint = _UNSUPPORTED_STMT[type(s)]
+                raise self.err(s, msg, hint)
+            raise self.err(s, f"{type(s).__name__} statements are not supported in kernels")
+        m(s)
+
+    def s_Pass(self, s):
+        pass
+
+    def s_Expr(self, s):
+        if isinstance(s.value, ast.Constant) and isinstance(s.value.value, str):
+            return  # docstring
+        raise self.err(s, "an expression statement has no effect in a kernel",
+                       "assign the value to an array element or a local")
+
+    def temp_decl(self, s, name, call: ast.Call) -> bool:
+        f = self.global_value(call.func) if isinstance(call.func, (ast.Name, ast.Attribute)) else None
+        kind = getattr(f, "__polyad_alloc__", None)
+        if kind is None:
+            return False
+        if self.scope.loops or self.scope.conditions or self.scope.guard is not None:
+            raise self.err(s, "temporary arrays must be created at the top level of the kernel",
+                           "move the pa.zeros/pa.empty call before the loops")
+        if len(call.args) != 1 or call.keywords:
+            raise self.err(call, f"pa.{kind}() takes one array type, e.g. pa.{kind}(pa.f64[M, N])")
+        at = self.global_value(call.args[0]) if not isinstance(call.args[0], ast.Subscript) \
+            else eval(compile(ast.Expression(call.args[0]), "<type>", "eval"), self.ns)
+        if not isinstance(at, ir.ArrayType):
+            raise self.err(call, f"pa.{kind}() takes an array type such as pa.f64[M, N]")
+        if name in self.arrays or name in self.scalars or name in self.locals:
+            raise self.err(s, f"{name!r} is already defined", "use a new name for the temporary")
+        for ext in at.shape:
+            for e in ir.walk(ext):
+                if isinstance(e, SizeVar):
+                    self.sizes[e.name] = None
+        self.arrays[name] = at
+        self.temps.append(ir.Temp(name, at, kind == "zeros"))
+        return True
+
+    def s_Assign(self, s):
+        if len(s.targets) != 1 or isinstance(s.targets[0], ast.Tuple):
+            raise self.err(s, "multiple assignment targets are not supported",
+                           "assign one target per statement")
+        target = s.targets[0]
+        if isinstance(target, ast.Name) and isinstance(s.value, ast.Call) \
+                and self.temp_decl(s, target.id, s.value):
+            return
+        self.assign(s, target, "=", s.value)
+
+    def s_AnnAssign(self, s):
+        if s.value is None:
+            raise self.err(s, "a declaration without value is not supported", "assign a value")
+        self.assign(s, s.target, "=", s.value)
+
+    def s_AugAssign(self, s):
+        op = _AUGOPS.get(type(s.op))
+        if op is None:
+            raise self.err(s, f"augmented assignment {type(s.op).__name__} is not supported",
+                           "use =, +=, -=, *= or /=")
+        self.assign(s, s.target, op, s.value)
+
+    def assign(self, s, target_node, op, value_node):
+        value = self.expr(value_node)
+        if isinstance(target_node, ast.Subscript):
+            target = self.subscript_expr(target_node)
+            self.written.add(target.array)
+            if op != "=":
+                self.read.add(target.array)
+        elif isinstance(target_node, ast.Name):
+            name = target_node.id
+            if name in self.loop_vars():
+                raise self.err(target_node, f"assignment to loop variable {name!r}",
+                               "loop variables are read-only; use a new local name")
+            if name in self.arrays:
+                raise self.err(target_node, f"assignment to array {name!r} without an index",
+                               f"assign elements: {name}[i] = ...")
+            if name in self.scalars:
+                raise self.err(target_node, f"assignment to scalar parameter {name!r}",
+                               "parameters are read-only; use a new local name")
+            if name not in self.locals:
+                if op != "=":
+                    raise self.err(target_node, f"{name!r} is updated before it is assigned",
+                                   f"initialise it first, e.g. {name} = 0.0")
+                if isinstance(self.ns.get(name), ir.Size):
+                    raise self.err(target_node, f"assignment to size {name!r}")
+                dt = value.dtype
+                if isinstance(value, Const) and value.weak or dt == ir.boolean:
+                    dt = self.default_float
+                self.locals[name] = dt
+            target = ScalarRef(name, self.locals[name])
+        else:
+            raise self.err(target_node, "assignment target must be an array element or a name")
+        self.emit(s, target, op, value)
+
+    def s_For(self, s):
+        if s.orelse:
+            raise self.err(s, "for-else is not supported in kernels")
+        if not isinstance(s.target, ast.Name):
+            raise self.err(s.target, "the loop variable must be a plain name")
+        var = s.target.id
+        it = s.iter
+        if not (isinstance(it, ast.Call) and isinstance(it.func, ast.Name) and it.func.id == "range"
+                and self.ns.get("range") is range):
+            raise self.err(it, "kernel loops must iterate over range(...)",
+                           "write 'for i in range(lo, hi[, step])' with affine bounds")
+        if it.keywords or not 1 <= len(it.args) <= 3:
+            raise self.err(it, "range() takes 1 to 3 positional arguments")
+        if var in self.loop_vars() or var in self.arrays or var in self.scalars or var in self.locals:
+            raise self.err(s.target, f"loop variable {var!r} shadows another name",
+                           "use a fresh name for the loop variable")
+        args = [self.expr(a) for a in it.args]
+        ip = frozenset(n for n, d in self.scalars.items() if not d.is_float)
+        for a, a_node in zip(args, it.args):
+            if a.dtype.is_float or not is_affine(a, ip):
+                raise self.err(a_node, f"loop bound {ast.unparse(a_node)!r} is not affine",
+                               "loop bounds must be affine in sizes, integer parameters and "
+                               "enclosing loop variables")
+            for x in ir.walk(a):
+                if isinstance(x, ScalarRef):
+                    self.int_params.add(x.name)
+        if len(args) == 1:
+            lo, hi, step = Const(0, ir.i64), args[0], 1
+        else:
+            lo, hi = args[0], args[1]
+            step = 1
+            if len(args) == 3:
+                if not is_constant(args[2]) or const_value(args[2]) == 0:
+                    raise self.err(it.args[2], "the loop step must be a nonzero integer constant")
+                step = const_value(args[2])
+        lo, hi = cast_to(lo, ir.i64), cast_to(hi, ir.i64)
+        pos = self.next_position()
+        outer = self.scope
+        self.scope = _Scope(outer.loops + (Loop(var, lo, hi, step),), pos, outer.conditions,
+                            outer.guard)
+        self.counters.append(0)
+        try:
+            self.block(s.body)
+        finally:
+            self.counters.pop()
+            self.scope = outer
+
+    def s_If(self, s):
+        cond = self.expr(s.test)
+        ip = frozenset(n for n, d in self.scalars.items() if not d.is_float)
+        outer = self.scope
+        affine = is_affine_condition(cond, ip)
+        if affine:
+            for x in ir.walk(cond):
+                if isinstance(x, ScalarRef):
+                    self.int_params.add(x.name)
+        branches = [(s.body, True), (s.orelse, False)]
+        for body, positive in branches:
+            if not body:
+                continue
+            if affine:
+                scope = _Scope(outer.loops, outer.position,
+                               outer.conditions + (Condition(cond, positive),), outer.guard)
+            else:
+                g = cond if positive else Unary("not", cond, ir.boolean)
+                g = g if outer.guard is None else Binary("and", outer.guard, g, ir.boolean)
+                scope = _Scope(outer.loops, outer.position, outer.conditions, g)
+            self.scope = scope
+            try:
+                self.block(body)
+            finally:
+                self.scope = outer
+
+    def s_Return(self, s):
+        if self.scope.loops or self.scope.conditions or self.scope.guard is not None:
+            raise self.err(s, "'return' is only allowed at the end of the kernel, outside loops "
+                              "and conditions",
+                           "accumulate into a local and return it after the loops")
+        if self.return_type is None:
+            raise self.err(s, "the kernel returns a value but has no return annotation",
+                           "annotate the result type, e.g. def k(...) -> pa.f64:")
+        if s.value is None:
+            raise self.err(s, "a kernel with a return annotation must return a value")
+        value = self.expr(s.value)
+        if isinstance(value, ScalarRef) and value.name in self.locals:
+            name = value.name
+        else:
+            name = "result"
+            while name in self.locals or name in self.scalars or name in self.arrays:
+                name = "_" + name
+            self.locals[name] = self.return_type
+            self.emit(s, ScalarRef(name, self.return_type), "=", value)
+        self.result = (name, self.return_type)
+
+    def parse(self) -> ir.Kernel:
+        self.signature()
+        body = self.src.tree.body
+        for k, s in enumerate(body):
+            if isinstance(s, ast.Return) and k != len(body) - 1:
+                raise self.err(body[k + 1], "statements after 'return' are never executed",
+                               "remove them or move the return to the end")
+            self.stmt(s)
+        if self.return_type is not None and self.result is None:
+            raise self.err(self.src.tree, "the kernel has a return annotation but no 'return'",
+                           "return the accumulated value at the end of the kernel")
+        params = []
+        for p in self.params:
+            if p.is_array and p.intent == "in" and p.name in self.written:
+                p = ir.Param(p.name, p.type, "inout")
+            params.append(p)
+        self.collect_reads()
+        return ir.Kernel(
+            name=self.src.tree.name, params=tuple(params), sizes=tuple(self.sizes),
+            locals=tuple(self.locals.items()), temps=tuple(self.temps),
+            statements=tuple(self.statements), result=self.result,
+            funcs=tuple(self.funcs.values()), filename=self.src.filename,
+            line=self.src.line(self.src.tree),
+            int_params=tuple(n for n in self.scalars if n in self.int_params))
+
+    def collect_reads(self):
+        for st in self.statements:
+            for ld in st.reads():
+                self.read.add(ld.array)
+
+
+def parse_kernel(fn) -> ir.Kernel:
+    """Parse a ``@pa.kernel`` Python function into an ``ir.Kernel`` (raises DSLError)."""
+    src = _Source.of(fn)
+    return _KernelParser(fn, src, _namespace(fn)).parse()

@@ -1,0 +1,562 @@
+"""Immutable intermediate representation of polyad kernels.
+
+A kernel is a flat list of statements. Each statement carries its own loop
+nest (affine bounds), affine conditions (part of its iteration domain), an
+optional non-affine guard (evaluated at run time), a target (array element or
+scalar local), an update operator and an expression. Program order is given by
+``Statement.position``: the classic "2d+1" schedule interleaves the positions
+with the loop variables, ``[p0, i0, p1, i1, ..., pd]``.
+
+All nodes are frozen dataclasses; passes build new nodes. ``map_expr`` is the
+identity-preserving rewriter (it returns the very same object when nothing
+changed), so passes stay cheap.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Callable, Iterator, Optional, Union
+
+import numpy as np
+
+# --------------------------------------------------------------------------
+# dtypes
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class DType:
+    """A scalar element type: ``name`` (f32, f64, i32, i64, bool), C type, numpy dtype."""
+
+    name: str
+    c_type: str
+    np_name: str
+    is_float: bool
+    bits: int
+
+    @property
+    def np(self) -> np.dtype:
+        return np.dtype(self.np_name)
+
+    def __repr__(self) -> str:
+        return self.name
+
+    # ``pa.f64[M, N]`` builds an array type.
+    def __getitem__(self, shape) -> "ArrayType":
+        if not isinstance(shape, tuple):
+            shape = (shape,)
+        return ArrayType(self, tuple(as_extent(s) for s in shape))
+
+
+f32 = DType("f32", "float", "float32", True, 32)
+f64 = DType("f64", "double", "float64", True, 64)
+i32 = DType("i32", "int32_t", "int32", False, 32)
+i64 = DType("i64", "int64_t", "int64", False, 64)
+boolean = DType("bool", "int", "bool", False, 1)
+DTYPES = {d.name: d for d in (f32, f64, i32, i64)}
+
+
+def promote(a: DType, b: DType) -> DType:
+    """Result type of a binary arithmetic operation (numpy-like, bool counts as int)."""
+    if a == b:
+        return a if a != boolean else i64
+    if a.is_float or b.is_float:
+        if a.is_float and b.is_float:
+            return a if a.bits >= b.bits else b
+        return a if a.is_float else b
+    return i64 if (a == i64 or b == i64 or a == boolean or b == boolean) else i32
+
+
+# --------------------------------------------------------------------------
+# expressions
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Expr:
+    """Base class of expression nodes; every node has a ``dtype``."""
+
+    def children(self) -> tuple["Expr", ...]:
+        return ()
+
+    def with_children(self, kids: tuple["Expr", ...]) -> "Expr":
+        return self
+
+
+@dataclass(frozen=True)
+class Const(Expr):
+    """A literal. ``weak`` literals (Python ``1.0``) take the type of the other operand."""
+
+    value: Union[int, float]
+    dtype: DType = f64
+    weak: bool = False
+
+
+@dataclass(frozen=True)
+class SizeVar(Expr):
+    """A symbolic size (an ISL parameter)."""
+
+    name: str
+    dtype: DType = i64
+
+
+@dataclass(frozen=True)
+class LoopVar(Expr):
+    """The iterator of an enclosing loop."""
+
+    name: str
+    dtype: DType = i64
+
+
+@dataclass(frozen=True)
+class ScalarRef(Expr):
+    """A scalar kernel parameter or a scalar local (incl. the returned value)."""
+
+    name: str
+    dtype: DType = f64
+
+
+@dataclass(frozen=True)
+class Load(Expr):
+    """``array[index...]``: an element read (or, as a statement target, written)."""
+
+    array: str
+    index: tuple[Expr, ...]
+    dtype: DType = f64
+
+    def children(self):
+        return self.index
+
+    def with_children(self, kids):
+        return dataclasses.replace(self, index=tuple(kids))
+
+
+@dataclass(frozen=True)
+class Unary(Expr):
+    """``-a`` (op ``neg``) or ``not a`` (op ``not``)."""
+
+    op: str
+    a: Expr
+    dtype: DType = f64
+
+    def children(self):
+        return (self.a,)
+
+    def with_children(self, kids):
+        return dataclasses.replace(self, a=kids[0])
+
+
+ARITH_OPS = ("+", "-", "*", "/", "//", "%", "**")
+COMPARE_OPS = ("<", "<=", ">", ">=", "==", "!=")
+LOGIC_OPS = ("and", "or")
+
+
+@dataclass(frozen=True)
+class Binary(Expr):
+    """Arithmetic (``ARITH_OPS``), comparison (``COMPARE_OPS``) or logic (``LOGIC_OPS``)."""
+
+    op: str
+    a: Expr
+    b: Expr
+    dtype: DType = f64
+
+    def children(self):
+        return (self.a, self.b)
+
+    def with_children(self, kids):
+        return dataclasses.replace(self, a=kids[0], b=kids[1])
+
+
+@dataclass(frozen=True)
+class Select(Expr):
+    """``a if cond else b``."""
+
+    cond: Expr
+    a: Expr
+    b: Expr
+    dtype: DType = f64
+
+    def children(self):
+        return (self.cond, self.a, self.b)
+
+    def with_children(self, kids):
+        return dataclasses.replace(self, cond=kids[0], a=kids[1], b=kids[2])
+
+
+@dataclass(frozen=True)
+class Call(Expr):
+    """An intrinsic (``exp``, ``min``, ``abs`` ...) or a device function of the kernel."""
+
+    func: str
+    args: tuple[Expr, ...]
+    dtype: DType = f64
+
+    def children(self):
+        return self.args
+
+    def with_children(self, kids):
+        return dataclasses.replace(self, args=tuple(kids))
+
+
+@dataclass(frozen=True)
+class Cast(Expr):
+    """Conversion of ``a`` to ``dtype`` (``float(i)``, ``int(x)``, implicit stores)."""
+
+    a: Expr
+    dtype: DType = f64
+
+    def children(self):
+        return (self.a,)
+
+    def with_children(self, kids):
+        return dataclasses.replace(self, a=kids[0])
+
+
+def map_expr(expr: Expr, fn: Callable[[Expr], Optional[Expr]]) -> Expr:
+    """Rewrite ``expr`` bottom-up: ``fn(node)`` returns a replacement or None to keep it.
+
+    The children are rewritten first; a node whose children did not change is
+    kept as the same object, so unchanged trees are returned unchanged.
+    """
+    kids = expr.children()
+    if kids:
+        new_kids = tuple(map_expr(k, fn) for k in kids)
+        if any(n is not o for n, o in zip(new_kids, kids)):
+            expr = expr.with_children(new_kids)
+    out = fn(expr)
+    return expr if out is None else out
+
+
+def walk(expr: Expr) -> Iterator[Expr]:
+    """All nodes of ``expr``, parents before children."""
+    yield expr
+    for k in expr.children():
+        yield from walk(k)
+
+
+def loads(expr: Expr) -> list[Load]:
+    """Every array read in ``expr`` (outermost first)."""
+    return [e for e in walk(expr) if isinstance(e, Load)]
+
+
+# --------------------------------------------------------------------------
+# types of kernel parameters
+# --------------------------------------------------------------------------
+
+BOUNDARY_MODES = ("clamped", "circular", "mirror", "zero")
+
+
+@dataclass(frozen=True)
+class ArrayType:
+    """``pa.f64[M, N]`` optionally with a boundary mode (``.clamped`` ...)."""
+
+    dtype: DType
+    shape: tuple[Expr, ...]
+    mode: Optional[str] = None
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def _with_mode(self, mode: str) -> "ArrayType":
+        return dataclasses.replace(self, mode=mode)
+
+    clamped = property(lambda self: self._with_mode("clamped"))
+    circular = property(lambda self: self._with_mode("circular"))
+    mirror = property(lambda self: self._with_mode("mirror"))
+    zero = property(lambda self: self._with_mode("zero"))
+
+    def __repr__(self) -> str:
+        dims = ", ".join(expr_str(s) for s in self.shape)
+        return f"{self.dtype.name}[{dims}]" + (f".{self.mode}" if self.mode else "")
+
+
+@dataclass(frozen=True)
+class Out:
+    """``pa.Out(pa.f64[M, N])``: an array the kernel writes (allocated when omitted)."""
+
+    type: ArrayType
+
+
+@dataclass(frozen=True)
+class Size:
+    """A symbolic size as the user writes it; arithmetic builds affine extents."""
+
+    expr: Expr
+
+    def _bin(self, op, other, swap=False):
+        a, b = self.expr, as_extent(other)
+        return Size(Binary(op, b, a, i64) if swap else Binary(op, a, b, i64))
+
+    __add__ = lambda s, o: s._bin("+", o)
+    __radd__ = lambda s, o: s._bin("+", o, True)
+    __sub__ = lambda s, o: s._bin("-", o)
+    __rsub__ = lambda s, o: s._bin("-", o, True)
+    __mul__ = lambda s, o: s._bin("*", o)
+    __rmul__ = lambda s, o: s._bin("*", o, True)
+    __floordiv__ = lambda s, o: s._bin("//", o)
+
+    def __repr__(self) -> str:
+        return expr_str(self.expr)
+
+
+def as_extent(value) -> Expr:
+    """An array extent from a Size, an int or an Expr."""
+    if isinstance(value, Size):
+        return value.expr
+    if isinstance(value, Expr):
+        return value
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return Const(int(value), i64)
+    raise TypeError(f"array extents must be sizes or integers, got {value!r}")
+
+
+# --------------------------------------------------------------------------
+# statements and kernels
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Loop:
+    """``for var in range(lo, hi, step)``: ``lo``/``hi`` affine, ``step`` a nonzero int."""
+
+    var: str
+    lo: Expr
+    hi: Expr
+    step: int = 1
+
+
+@dataclass(frozen=True)
+class Condition:
+    """An affine condition of the iteration domain; ``positive=False`` means its negation."""
+
+    expr: Expr
+    positive: bool = True
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One assignment ``target op= expr`` executed for every point of its domain."""
+
+    name: str
+    loops: tuple[Loop, ...]
+    position: tuple[int, ...]
+    conditions: tuple[Condition, ...]
+    guard: Optional[Expr]
+    target: Union[Load, ScalarRef]
+    op: str
+    expr: Expr
+    line: int = 0
+    source: str = ""
+
+    @property
+    def loop_vars(self) -> tuple[str, ...]:
+        return tuple(lp.var for lp in self.loops)
+
+    def exprs(self) -> Iterator[Expr]:
+        """Every expression the statement evaluates (target indices included)."""
+        yield self.expr
+        if isinstance(self.target, Load):
+            yield from self.target.index
+        if self.guard is not None:
+            yield self.guard
+
+    def reads(self) -> list[Load]:
+        """Array elements read (the target too, for ``+=``-style updates)."""
+        out = loads(self.expr)
+        if self.guard is not None:
+            out += loads(self.guard)
+        if isinstance(self.target, Load):
+            for ix in self.target.index:
+                out += loads(ix)
+            if self.op != "=":
+                out.append(self.target)
+        return out
+
+    def scalar_reads(self) -> set[str]:
+        names = {e.name for x in self.exprs() for e in walk(x) if isinstance(e, ScalarRef)}
+        if isinstance(self.target, ScalarRef) and self.op != "=":
+            names.add(self.target.name)
+        return names
+
+
+@dataclass(frozen=True)
+class Param:
+    """A kernel parameter: ``type`` is a DType (scalar) or an ArrayType.
+
+    ``intent`` is ``in``, ``out`` (declared ``pa.Out``) or ``inout`` (an input
+    array the kernel also writes).
+    """
+
+    name: str
+    type: Union[DType, ArrayType]
+    intent: str = "in"
+
+    @property
+    def is_array(self) -> bool:
+        return isinstance(self.type, ArrayType)
+
+
+@dataclass(frozen=True)
+class Temp:
+    """A temporary array created inside the kernel by ``pa.zeros`` / ``pa.empty``."""
+
+    name: str
+    type: ArrayType
+    zero: bool
+
+
+# device functions: a tiny structured language over scalars
+
+
+@dataclass(frozen=True)
+class FAssign:
+    name: str
+    expr: Expr
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class FIf:
+    cond: Expr
+    then: tuple
+    orelse: tuple
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class FReturn:
+    expr: Expr
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class FuncDef:
+    """A ``@pa.func`` scalar device function."""
+
+    name: str
+    params: tuple[tuple[str, DType], ...]
+    result: DType
+    locals: tuple[tuple[str, DType], ...]
+    body: tuple
+    filename: str = ""
+    line: int = 0
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A whole kernel: signature, locals, temporaries, statements, device functions."""
+
+    name: str
+    params: tuple[Param, ...]
+    sizes: tuple[str, ...]
+    locals: tuple[tuple[str, DType], ...]
+    temps: tuple[Temp, ...]
+    statements: tuple[Statement, ...]
+    result: Optional[tuple[str, DType]] = None
+    funcs: tuple[FuncDef, ...] = ()
+    filename: str = ""
+    line: int = 0
+    int_params: tuple[str, ...] = field(default=())
+
+    def param(self, name: str) -> Param:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def array_type(self, name: str) -> ArrayType:
+        """The type of a parameter or temporary array named ``name``."""
+        for p in self.params:
+            if p.name == name and p.is_array:
+                return p.type
+        for t in self.temps:
+            if t.name == name:
+                return t.type
+        raise KeyError(name)
+
+    def scalar_dtype(self, name: str) -> DType:
+        for p in self.params:
+            if p.name == name and not p.is_array:
+                return p.type
+        for n, d in self.locals:
+            if n == name:
+                return d
+        raise KeyError(name)
+
+    def func(self, name: str) -> Optional[FuncDef]:
+        for f in self.funcs:
+            if f.name == name:
+                return f
+        return None
+
+
+# --------------------------------------------------------------------------
+# printing (for messages and comments)
+# --------------------------------------------------------------------------
+
+_PREC = {"or": 1, "and": 2, "not": 3, "<": 4, "<=": 4, ">": 4, ">=": 4, "==": 4, "!=": 4,
+         "+": 5, "-": 5, "*": 6, "/": 6, "//": 6, "%": 6, "neg": 7, "**": 8}
+
+
+def expr_str(e: Expr, prec: int = 0) -> str:
+    """Python-like text of an expression, for messages."""
+    if isinstance(e, Const):
+        return repr(e.value)
+    if isinstance(e, (SizeVar, LoopVar, ScalarRef)):
+        return e.name
+    if isinstance(e, Load):
+        return f"{e.array}[{', '.join(expr_str(i) for i in e.index)}]"
+    if isinstance(e, Unary):
+        p = _PREC["neg" if e.op == "neg" else "not"]
+        s = ("-" if e.op == "neg" else "not ") + expr_str(e.a, p)
+    elif isinstance(e, Binary):
+        p = _PREC[e.op]
+        s = f"{expr_str(e.a, p)} {e.op} {expr_str(e.b, p + 1)}"
+    elif isinstance(e, Select):
+        p = 0
+        s = f"{expr_str(e.a, 1)} if {expr_str(e.cond, 1)} else {expr_str(e.b)}"
+    elif isinstance(e, Call):
+        return f"{e.func}({', '.join(expr_str(a) for a in e.args)})"
+    elif isinstance(e, Cast):
+        return f"{e.dtype.name}({expr_str(e.a)})"
+    else:
+        return repr(e)
+    return f"({s})" if p < prec else s
+
+
+def fold_integer_constants(e: Expr) -> Expr:
+    """Fold integer ``+ - *`` of constants and drop ``x + 0``, ``x * 1``, ``x * 0``.
+
+    Used on index expressions after loop variables were replaced by the
+    iterators of generated code, so ``g[0 * N + 0]`` reads ``g[0]``.
+    """
+
+    def is_int(x, v=None):
+        return isinstance(x, Const) and not x.dtype.is_float and (v is None or x.value == v)
+
+    def fn(x):
+        if isinstance(x, Binary) and not x.dtype.is_float and x.op in ("+", "-", "*"):
+            a, b = x.a, x.b
+            if is_int(a) and is_int(b):
+                return Const({"+": a.value + b.value, "-": a.value - b.value,
+                              "*": a.value * b.value}[x.op], x.dtype)
+            if x.op == "*" and (is_int(a, 0) or is_int(b, 0)):
+                return Const(0, x.dtype)
+            if x.op == "*" and is_int(a, 1):
+                return b
+            if x.op in ("*",) and is_int(b, 1) or x.op in ("+", "-") and is_int(b, 0):
+                return a
+            if x.op == "+" and is_int(a, 0):
+                return b
+            if x.op in ("+", "-") and is_int(b) and b.value < 0:
+                return Binary("-" if x.op == "+" else "+", a, Const(-b.value, b.dtype), x.dtype)
+        return None
+
+    return map_expr(e, fn)
+
+
+def substitute(e: Expr, values: dict) -> Expr:
+    """Replace loop variables by expressions (``values``: name -> Expr)."""
+    return map_expr(e, lambda x: values.get(x.name) if isinstance(x, LoopVar) else None)

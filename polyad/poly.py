@@ -1,0 +1,411 @@
+"""The ISL model of a kernel: the one module that knows raw islpy tricks.
+
+- ``PolyModel(kernel)`` holds one ``isl.Context`` for one kernel and turns the
+  IR into ISL objects: parameter context, statement domains, access relations
+  and the original (program-order) schedule map.
+- ``split_boundary_pieces(kernel)`` resolves boundary modes: every statement
+  whose accesses go through a mode is split into pieces whose accesses are
+  plain affine indices (interior code) plus thin border pieces — the
+  piecewise-affine access maps of DESIGN §4, returned as IR.
+- ``check_bounds(model)`` proves that every access lies inside its array,
+  raising ``BoundsError`` with an offending iteration for unchecked arrays and
+  collecting the size conditions that circular/mirror pieces need.
+- ``dependences(model)`` computes flow, anti and output dependences per array
+  (and per scalar) with ``UnionAccessInfo.compute_flow``.
+
+Names inside ISL are the DSL names (statement ``S3``, loop variable ``n``,
+size ``N``, array ``g``), so ``pa.explain`` output reads like the source.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Optional
+
+import islpy as isl
+
+from . import ir
+from .errors import BoundsError
+from .ir import (Binary, Cast, Condition, Const, Expr, Load, LoopVar, ScalarRef, SizeVar,
+                 Statement, Unary)
+
+# Words the ISL parser reserves; DSL names equal to one of these get a suffix.
+_ISL_WORDS = {"and", "or", "not", "mod", "floor", "ceil", "min", "max", "exists", "true",
+              "false", "infty", "NaN", "implies", "xor", "domain", "range", "params", "cond"}
+
+
+def isl_name(name: str) -> str:
+    return name + "_" if name in _ISL_WORDS else name
+
+
+def affine_text(e: Expr) -> str:
+    """An affine IR expression in ISL syntax (the frontend has checked affinity)."""
+    if isinstance(e, Const):
+        return str(int(e.value))
+    if isinstance(e, (LoopVar, SizeVar, ScalarRef)):
+        return isl_name(e.name)
+    if isinstance(e, Cast):
+        return affine_text(e.a)
+    if isinstance(e, Unary) and e.op == "neg":
+        return f"(-{affine_text(e.a)})"
+    if isinstance(e, Binary):
+        a, b = affine_text(e.a), affine_text(e.b)
+        if e.op in ("+", "-", "*"):
+            return f"({a} {e.op} {b})"
+        if e.op == "//":
+            return f"floor(({a})/{b})"
+        if e.op == "%":
+            return f"(({a}) mod {b})"
+    raise ValueError(f"not an affine expression: {ir.expr_str(e)}")
+
+
+@dataclass(frozen=True)
+class SizeRequirement:
+    """Sizes for which a circular/mirror piece would still fall outside the array."""
+
+    bad_params: isl.Set
+    message: str
+
+
+class PolyModel:
+    """ISL objects of one kernel, all in one private ``isl.Context``."""
+
+    def __init__(self, kernel: ir.Kernel):
+        self.kernel = kernel
+        self.ctx = isl.Context()
+        self.params = [isl_name(s) for s in kernel.sizes] + \
+                      [isl_name(p) for p in kernel.int_params]
+        self.param_prefix = f"[{', '.join(self.params)}] -> " if self.params else ""
+        cons = [f"{isl_name(s)} >= 1" for s in kernel.sizes]
+        for p in kernel.params:
+            if p.is_array:
+                cons += [f"{affine_text(e)} >= 0" for e in p.type.shape]
+        for t in kernel.temps:
+            cons += [f"{affine_text(e)} >= 0" for e in t.type.shape]
+        self.context = isl.Set.read_from_str(
+            self.ctx, self.param_prefix + "{ : " + (" and ".join(cons) or "true") + " }")
+        self.max_depth = max((len(s.loops) for s in kernel.statements), default=0)
+        self._domains: dict[str, isl.Set] = {}
+
+    # ---- sets ----------------------------------------------------------
+    def set(self, tuple_text: str, constraint: str) -> isl.Set:
+        s = isl.Set.read_from_str(self.ctx, f"{self.param_prefix}{{ {tuple_text} : {constraint} }}")
+        return s.intersect_params(self.context)
+
+    def condition_set(self, st: Statement, e: Expr) -> isl.Set:
+        """The points of ``st``'s space where the affine boolean ``e`` holds."""
+        tup = self.tuple_text(st)
+        if isinstance(e, Binary) and e.op == "and":
+            return self.condition_set(st, e.a).intersect(self.condition_set(st, e.b))
+        if isinstance(e, Binary) and e.op == "or":
+            return self.condition_set(st, e.a).union(self.condition_set(st, e.b))
+        if isinstance(e, Unary) and e.op == "not":
+            return self.set(tup, "true").subtract(self.condition_set(st, e.a))
+        if isinstance(e, Binary) and e.op in ir.COMPARE_OPS:
+            op = "=" if e.op == "==" else e.op
+            if op == "!=":
+                return self.set(tup, "true").subtract(
+                    self.set(tup, f"{affine_text(e.a)} = {affine_text(e.b)}"))
+            return self.set(tup, f"{affine_text(e.a)} {op} {affine_text(e.b)}")
+        raise ValueError(f"not an affine condition: {ir.expr_str(e)}")
+
+    def tuple_text(self, st: Statement) -> str:
+        return f"{st.name}[{', '.join(isl_name(v) for v in st.loop_vars)}]"
+
+    def domain(self, st: Statement) -> isl.Set:
+        """The iteration domain of ``st``: its loops and affine conditions."""
+        if st.name in self._domains:
+            return self._domains[st.name]
+        cons = []
+        for lp in st.loops:
+            v, lo, hi = isl_name(lp.var), affine_text(lp.lo), affine_text(lp.hi)
+            if lp.step > 0:
+                cons.append(f"{lo} <= {v} < {hi}")
+                if lp.step != 1:
+                    cons.append(f"({v} - {lo}) mod {lp.step} = 0")
+            else:
+                cons.append(f"{hi} < {v} <= {lo}")
+                if lp.step != -1:
+                    cons.append(f"({lo} - {v}) mod {-lp.step} = 0")
+        dom = self.set(self.tuple_text(st), " and ".join(cons) or "true")
+        for c in st.conditions:
+            cs = self.condition_set(st, c.expr)
+            dom = dom.intersect(cs) if c.positive else dom.subtract(cs)
+        dom = dom.coalesce()
+        self._domains[st.name] = dom
+        return dom
+
+    def union_domain(self) -> isl.UnionSet:
+        out = isl.UnionSet.empty(self.context.get_space())
+        for st in self.kernel.statements:
+            out = out.union(self.domain(st).to_union_set())
+        return out
+
+    # ---- accesses --------------------------------------------------------
+    def access_map(self, st: Statement, ld: Load) -> isl.Map:
+        """``{ S[i] -> A[index(i)] }`` restricted to the domain of ``st`` (plain affine index)."""
+        idx = ", ".join(affine_text(e) for e in ld.index)
+        m = isl.Map.read_from_str(
+            self.ctx, f"{self.param_prefix}{{ {self.tuple_text(st)} -> {ld.array}[{idx}] }}")
+        return m.intersect_domain(self.domain(st))
+
+    def scalar_map(self, st: Statement, name: str) -> isl.Map:
+        m = isl.Map.read_from_str(
+            self.ctx, f"{self.param_prefix}{{ {self.tuple_text(st)} -> {name}[] }}")
+        return m.intersect_domain(self.domain(st))
+
+    def accesses(self):
+        """(reads, must_writes, may_writes) as UnionMaps; scalars are 0-d arrays.
+
+        A guarded statement's write is only a may-write (the guard may be false).
+        """
+        space = self.context.get_space()
+        reads = isl.UnionMap.empty(space)
+        must = isl.UnionMap.empty(space)
+        may = isl.UnionMap.empty(space)
+        for st in self.kernel.statements:
+            for ld in st.reads():
+                reads = reads.union(self.access_map(st, ld).to_union_map())
+            for name in st.scalar_reads():
+                if name in dict(self.kernel.locals):
+                    reads = reads.union(self.scalar_map(st, name).to_union_map())
+            t = st.target
+            w = self.access_map(st, t) if isinstance(t, Load) else self.scalar_map(st, t.name)
+            may = may.union(w.to_union_map())
+            if st.guard is None:
+                must = must.union(w.to_union_map())
+        return reads, must, may
+
+    def schedule_map(self) -> isl.UnionMap:
+        """The original program order as the 2d+1 map ``S[i, j] -> [p0, i, p1, j, p2, ...]``."""
+        width = 2 * self.max_depth + 1
+        out = isl.UnionMap.empty(self.context.get_space())
+        for st in self.kernel.statements:
+            dims = []
+            for k, lp in enumerate(st.loops):
+                dims += [str(st.position[k]), isl_name(lp.var) if lp.step > 0
+                         else f"-{isl_name(lp.var)}"]
+            dims.append(str(st.position[len(st.loops)]))
+            dims += ["0"] * (width - len(dims))
+            m = isl.Map.read_from_str(
+                self.ctx, f"{self.param_prefix}{{ {self.tuple_text(st)} -> [{', '.join(dims)}] }}")
+            out = out.union(m.intersect_domain(self.domain(st)).to_union_map())
+        return out
+
+
+# --------------------------------------------------------------------------
+# boundary modes -> pieces
+# --------------------------------------------------------------------------
+
+
+def _dim_pieces(e: Expr, extent: Expr, mode: str):
+    """(condition, resolved index or None for 'zero') pieces of one index dimension."""
+    zero, one, two = Const(0, ir.i64), Const(1, ir.i64), Const(2, ir.i64)
+    inside = Binary("and", Binary(">=", e, zero, ir.boolean),
+                    Binary("<", e, extent, ir.boolean), ir.boolean)
+    below = Binary("<", e, zero, ir.boolean)
+    above = Binary(">=", e, extent, ir.boolean)
+    plus = lambda a, b: Binary("+", a, b, ir.i64)
+    minus = lambda a, b: Binary("-", a, b, ir.i64)
+    resolved = {
+        "clamped": (zero, minus(extent, one)),
+        "circular": (plus(e, extent), minus(e, extent)),
+        "mirror": (Unary("neg", e, ir.i64), minus(minus(Binary("*", two, extent, ir.i64), two), e)),
+        "zero": (None, None),
+    }[mode]
+    return [(inside, e), (below, resolved[0]), (above, resolved[1])]
+
+
+def _moded_loads(kernel: ir.Kernel, st: Statement) -> list[Load]:
+    """The distinct accesses of ``st`` through a boundary mode (equal loads resolve alike)."""
+    found = ir.loads(st.expr) + (ir.loads(st.guard) if st.guard is not None else [])
+    if isinstance(st.target, Load):
+        found.append(st.target)
+    return list(dict.fromkeys(ld for ld in found if kernel.array_type(ld.array).mode))
+
+
+def split_boundary_pieces(kernel: ir.Kernel, model: Optional[PolyModel] = None) -> ir.Kernel:
+    """Resolve boundary modes by splitting statements into affine pieces.
+
+    Returns a kernel whose statements access arrays only through plain affine
+    indices: each statement with accesses through ``.clamped``, ``.circular``,
+    ``.mirror`` or ``.zero`` is replaced by one piece per combination of index
+    ranges that occurs (named ``S3_0``, ``S3_1``, ...; a statement needing no
+    split keeps its name). Reads outside a ``.zero`` array become the constant
+    0; writes outside it drop the piece.
+    """
+    model = model or PolyModel(kernel)
+    new_statements = []
+    for st in kernel.statements:
+        moded = _moded_loads(kernel, st)
+        if not moded:
+            new_statements.append(st)
+            continue
+        # Each partial piece: (extra conditions, its domain, {load: [resolved index | None]}).
+        pieces = [((), model.domain(st), {})]
+        for ld in moded:
+            at = kernel.array_type(ld.array)
+            for e, ext in zip(ld.index, at.shape):
+                refined = []
+                for conds, pdom, choice in pieces:
+                    for cond, res in _dim_pieces(e, ext, at.mode):
+                        cset = model.condition_set(st, cond)
+                        sub = pdom.intersect(cset)
+                        if sub.is_empty():
+                            continue
+                        implied = pdom.is_subset(cset)
+                        refined.append((conds if implied else conds + (Condition(cond),),
+                                        pdom if implied else sub.coalesce(),
+                                        {**choice, ld: choice.get(ld, []) + [res]}))
+                pieces = refined
+        for k, (conds, _, choice) in enumerate(pieces):
+            piece = _resolve_piece(st, choice)
+            if piece is None:
+                continue
+            name = st.name if len(pieces) == 1 else f"{st.name}_{k}"
+            new_statements.append(dataclasses.replace(
+                piece, name=name, conditions=st.conditions + conds))
+    return dataclasses.replace(kernel, statements=tuple(new_statements))
+
+
+def _resolve_piece(st: Statement, choice: dict) -> Optional[Statement]:
+    """``st`` with each moded load replaced by its resolved access, 0, or None if dropped."""
+
+    def resolved(ld: Load) -> Optional[Load]:
+        idx = choice[ld]
+        return None if any(i is None for i in idx) else dataclasses.replace(ld, index=tuple(idx))
+
+    def fn(e: Expr) -> Optional[Expr]:
+        if isinstance(e, Load) and e in choice:
+            r = resolved(e)
+            return Const(0.0 if e.dtype.is_float else 0, e.dtype) if r is None else r
+        return None
+
+    target = st.target
+    if isinstance(target, Load) and target in choice:
+        target = resolved(target)
+        if target is None:
+            return None  # a write outside a .zero array is dropped
+    guard = ir.map_expr(st.guard, fn) if st.guard is not None else None
+    return dataclasses.replace(st, target=target, expr=ir.map_expr(st.expr, fn), guard=guard)
+
+
+# --------------------------------------------------------------------------
+# bounds proof
+# --------------------------------------------------------------------------
+
+
+def check_bounds(kernel: ir.Kernel, model: PolyModel) -> list[SizeRequirement]:
+    """Prove every access of the (piece-split) ``kernel`` lies inside its array.
+
+    Raises ``BoundsError`` naming the access and an iteration that falls
+    outside when the array has no boundary mode. For arrays with a mode the
+    remaining out-of-bounds cases can only come from sizes that are too small
+    for the offsets; they are returned as requirements the runtime checks.
+    """
+    requirements = []
+    for st in kernel.statements:
+        dom = model.domain(st)
+        accesses = [(ld, "reads") for ld in st.reads() if ld is not st.target]
+        if isinstance(st.target, Load):
+            accesses.append((st.target, "writes"))
+        seen = set()
+        for ld, verb in accesses:
+            key = (ld.array, ld.index, verb)
+            if key in seen:
+                continue
+            seen.add(key)
+            at = kernel.array_type(ld.array)
+            for d, (e, ext) in enumerate(zip(ld.index, at.shape)):
+                et, xt = affine_text(e), affine_text(ext)
+                bad = dom.intersect(model.set(model.tuple_text(st), f"{et} < 0 or {et} >= {xt}"))
+                if bad.is_empty():
+                    continue
+                access = f"{ld.array}[{', '.join(ir.expr_str(i) for i in ld.index)}]"
+                if at.mode is None:
+                    raise _bounds_error(kernel, st, ld, verb, d, bad, model, access)
+                requirements.append(SizeRequirement(
+                    bad.params().coalesce(),
+                    f"the {at.mode} access {access} at line {st.line} needs the size of "
+                    f"dimension {d} of {ld.array!r} ({ir.expr_str(ext)}) to exceed its offset"))
+    return requirements
+
+
+def _bounds_error(kernel, st, ld, verb, d, bad: isl.Set, model: PolyModel, access: str):
+    pt = bad.sample_point()
+    env = {}
+    for k, p in enumerate(model.params):
+        env[p] = pt.get_coordinate_val(isl.dim_type.param, k).to_python()
+    for k, v in enumerate(st.loop_vars):
+        env[v] = pt.get_coordinate_val(isl.dim_type.set, k).to_python()
+    from .testing import _Machine  # the interpreter evaluates the index at that point
+    m = _Machine(kernel, {}, {p: env.get(isl_name(p), 0) for p in kernel.int_params},
+                 {s: env[isl_name(s)] for s in kernel.sizes})
+    loop_env = {v: env[v] for v in st.loop_vars}
+    idx = [int(m.eval(i, loop_env)) for i in ld.index]
+    ext = int(m.eval(kernel.array_type(ld.array).shape[d], loop_env))
+    where = ", ".join(f"{v} = {loop_env[v]}" for v in st.loop_vars) or "its only iteration"
+    sizes = ", ".join(f"{s} = {env[isl_name(s)]}" for s in kernel.sizes)
+    msg = (f"{access} {verb} {ld.array}[{', '.join(map(str, idx))}] at {where}"
+           f"{' when ' + sizes if sizes else ''}, outside dimension {d} of {ld.array!r} "
+           f"(extent {ir.expr_str(kernel.array_type(ld.array).shape[d])} = {ext})")
+    hint = (f"declare a boundary mode on {ld.array!r}, such as pa.{kernel.array_type(ld.array)}"
+            f".clamped (or .zero, .circular, .mirror), or shrink the loop bounds")
+    return BoundsError(msg, kernel.filename, st.line, 0, hint)
+
+
+# --------------------------------------------------------------------------
+# dependences
+# --------------------------------------------------------------------------
+
+
+@dataclass
+class Dependences:
+    """Flow (RAW), anti (WAR) and output (WAW) dependences, one UnionMap per variable."""
+
+    flow: dict[str, isl.UnionMap] = field(default_factory=dict)
+    anti: dict[str, isl.UnionMap] = field(default_factory=dict)
+    output: dict[str, isl.UnionMap] = field(default_factory=dict)
+
+    def all(self, space) -> isl.UnionMap:
+        out = isl.UnionMap.empty(space)
+        for d in (self.flow, self.anti, self.output):
+            for m in d.values():
+                out = out.union(m)
+        return out.coalesce()
+
+
+def _by_variable(umap: isl.UnionMap) -> dict[str, isl.UnionMap]:
+    out: dict[str, isl.UnionMap] = {}
+
+    def add(m: isl.Map):
+        name = m.get_tuple_name(isl.dim_type.out)
+        out[name] = out[name].union(m.to_union_map()) if name in out else m.to_union_map()
+
+    umap.foreach_map(add)
+    return out
+
+
+def dependences(model: PolyModel, schedule_map: Optional[isl.UnionMap] = None) -> Dependences:
+    """Dependences of the kernel under ``schedule_map`` (default: program order)."""
+    sched = schedule_map if schedule_map is not None else model.schedule_map()
+    reads, must, may = model.accesses()
+    deps = Dependences()
+    r_by, must_by, may_by = _by_variable(reads), _by_variable(must), _by_variable(may)
+    space = model.context.get_space()
+    for var, writes in may_by.items():
+        must_w = must_by.get(var, isl.UnionMap.empty(space))
+        may_w = writes.subtract(must_w)
+        var_reads = r_by.get(var, isl.UnionMap.empty(space))
+
+        def flow(sink, must_src, may_src):
+            ai = isl.UnionAccessInfo.from_sink(sink).set_must_source(must_src) \
+                .set_may_source(may_src).set_schedule_map(sched)
+            return ai.compute_flow().get_may_dependence()
+
+        empty = isl.UnionMap.empty(space)
+        deps.flow[var] = flow(var_reads, must_w, may_w).coalesce()
+        deps.anti[var] = flow(writes, empty, var_reads).coalesce()
+        deps.output[var] = flow(writes, must_w, may_w).coalesce()
+    return deps

@@ -1,0 +1,256 @@
+"""Program-order schedule, AST generation and the one parallelism test."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import islpy as isl
+
+from .. import ir
+from ..ir import Load, ScalarRef
+from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, dependences,
+                    split_boundary_pieces)
+
+_REDUCTION_OPS = {"+=": "+", "-=": "+", "*=": "*"}
+
+
+@dataclass
+class LoopInfo:
+    """What the dependence test says about one generated loop.
+
+    ``parallel``: iterations may run concurrently once ``reductions`` (scalar
+    name -> C reduction operator) get a reduction clause, ``private`` scalars
+    a private copy, and ``atomic`` statements (array ``+=`` scatters) are made
+    atomic. ``reason`` says why a loop is not parallel.
+    """
+
+    depth: int
+    statements: frozenset
+    parallel: bool = False
+    reductions: dict = field(default_factory=dict)
+    private: tuple = ()
+    atomic: frozenset = frozenset()
+    reason: str = ""
+    carried: bool = True
+    # decided by the mapping pass
+    omp_parallel: bool = False
+    simd: bool = False
+
+
+@dataclass
+class ScheduledKernel:
+    """A kernel ready for emission: piece-split IR, ISL model, AST and loop decisions."""
+
+    kernel: ir.Kernel
+    model: PolyModel
+    deps: Dependences
+    schedule: isl.Schedule
+    ast: isl.AstNode
+    loops: dict
+    requirements: list
+
+    def statement(self, name: str) -> ir.Statement:
+        return self._by_name[name]
+
+    def __post_init__(self):
+        self._by_name = {s.name: s for s in self.kernel.statements}
+
+
+def _maps(umap: isl.UnionMap) -> list:
+    out = []
+    umap.foreach_map(out.append)
+    return out
+
+
+def _names(uset) -> frozenset:
+    out = []
+    uset.foreach_set(lambda s: out.append(s.get_tuple_name()))
+    return frozenset(out)
+
+
+def _reduction_op(st: ir.Statement, var: str) -> Optional[str]:
+    """The reduction operator if ``st`` only updates ``var`` by ``+=``/``-=``/``*=``."""
+    t = st.target
+    name = t.array if isinstance(t, Load) else t.name
+    if name != var or st.op not in _REDUCTION_OPS:
+        return None
+    for e in st.exprs():  # the value, the target's indices and the guard
+        for x in ir.walk(e):
+            if isinstance(x, Load) and x.array == var or isinstance(x, ScalarRef) and x.name == var:
+                return None
+    return _REDUCTION_OPS[st.op]
+
+
+def _accesses(st: ir.Statement, var: str) -> bool:
+    t = st.target
+    if (t.array if isinstance(t, Load) else t.name) == var:
+        return True
+    for e in st.exprs():
+        for x in ir.walk(e):
+            if isinstance(x, Load) and x.array == var or isinstance(x, ScalarRef) and x.name == var:
+                return True
+    return False
+
+
+class _LoopAnalysis:
+    """The dependence test run on every loop ISL generates (``after_each_for``)."""
+
+    def __init__(self, sk_kernel: ir.Kernel, model: PolyModel, deps: Dependences):
+        self.kernel = sk_kernel
+        self.model = model
+        self.deps = deps
+        self.by_name = {s.name: s for s in sk_kernel.statements}
+        self.locals = dict(sk_kernel.locals)
+        self.loops: dict[str, LoopInfo] = {}
+        self.error: Optional[BaseException] = None
+
+    def carried(self, dep: isl.UnionMap, sched: isl.UnionMap, ldom: isl.UnionSet, depth: int) -> bool:
+        d = dep.intersect_domain(ldom).intersect_range(ldom)
+        if d.is_empty():
+            return False
+        t = d.apply_domain(sched).apply_range(sched)
+        zeros = ", ".join(["0"] * depth + ["x"])
+        cond = isl.UnionSet.read_from_str(self.model.ctx, f"{{ [{zeros}] : x != 0 }}")
+        return not t.deltas().intersect(cond).is_empty()
+
+    def __call__(self, node: isl.AstNode, build: isl.AstBuild) -> isl.AstNode:
+        try:
+            return self.analyse(node, build)
+        except BaseException as exc:  # an exception escaping an isl callback aborts the process
+            self.error = exc
+            return node
+
+    def analyse(self, node, build):
+        sched = build.get_schedule()
+        ldom = sched.domain()
+        depth = _maps(sched)[0].dim(isl.dim_type.out) - 1
+        stmts = _names(ldom)
+        info = LoopInfo(depth=depth, statements=stmts)
+        reasons = []
+        any_carried = False
+        for var in sorted(set(self.deps.flow) | set(self.deps.anti) | set(self.deps.output)):
+            carried = {kind: self.carried(getattr(self.deps, kind)[var], sched, ldom, depth)
+                       for kind in ("flow", "anti", "output") if var in getattr(self.deps, kind)}
+            written = any(_target_name(self.by_name[s]) == var for s in stmts)
+            if not any(carried.values()) and not (written and var in self.locals):
+                continue
+            any_carried = any_carried or any(carried.values())
+            users = [self.by_name[s] for s in stmts if _accesses(self.by_name[s], var)]
+            ops = {_reduction_op(s, var) for s in users}
+            if any(carried.values()) and len(ops) == 1 and None not in ops:
+                if var in self.locals:
+                    info.reductions[var] = ops.pop()
+                elif ops == {"+"}:
+                    info.atomic |= frozenset(s.name for s in users)
+                else:
+                    reasons.append(f"{var!r} is updated by '*=' across iterations")
+                continue
+            if var in self.locals:
+                escapes = self.deps.flow.get(var)
+                if carried.get("flow"):
+                    reasons.append(f"scalar {var!r} carries a value from one iteration to the next")
+                elif escapes is not None and not escapes.intersect_domain(ldom) \
+                        .subtract_range(ldom).is_empty():
+                    reasons.append(f"scalar {var!r} is written in the loop and read after it")
+                else:
+                    info.private += (var,)
+                continue
+            kinds = [k for k, v in carried.items() if v]
+            reasons.append(f"{var!r} has loop-carried {'/'.join(kinds)} dependences")
+        info.parallel = not reasons
+        info.carried = any_carried
+        info.reason = "; ".join(reasons)
+        key = f"loop{len(self.loops)}"
+        self.loops[key] = info
+        return node.set_annotation(isl.Id(key, context=self.model.ctx))
+
+
+def _target_name(st: ir.Statement) -> str:
+    return st.target.array if isinstance(st.target, Load) else st.target.name
+
+
+def ast_children(node: isl.AstNode) -> list:
+    """The child nodes of an ISL AST node (for walkers)."""
+    t = node.get_type()
+    if t == isl.ast_node_type.for_:
+        return [node.for_get_body()]
+    if t == isl.ast_node_type.if_:
+        kids = [node.if_get_then_node()]
+        if node.if_has_else_node():
+            kids.append(node.if_get_else_node())
+        return kids
+    if t == isl.ast_node_type.block:
+        ch = node.block_get_children()
+        return [ch.get_at(k) for k in range(ch.n_ast_node())]
+    if t == isl.ast_node_type.mark:
+        return [node.mark_get_node()]
+    return []
+
+
+def loop_info(node: isl.AstNode, loops: dict) -> Optional[LoopInfo]:
+    """The LoopInfo attached to an AST for-node (None for other nodes)."""
+    if node.get_type() != isl.ast_node_type.for_:
+        return None
+    try:
+        return loops.get(node.get_annotation().get_name())
+    except isl.Error:
+        return None
+
+
+def _map_openmp(node: isl.AstNode, loops: dict, inside_parallel: bool = False) -> bool:
+    """Choose ``omp parallel for`` / ``simd`` loops; returns True if a for-node is below."""
+    info = loop_info(node, loops)
+    if info is not None and not inside_parallel and info.parallel:
+        if not info.atomic or not _has_clean_parallel(node.for_get_body(), loops):
+            info.omp_parallel = True
+    below = False
+    for child in ast_children(node):
+        below |= _map_openmp(child, loops, inside_parallel or (info is not None and info.omp_parallel))
+    if info is not None:
+        if not below and info.parallel and not info.carried and not info.reductions:
+            info.simd = True
+        return True
+    return below
+
+
+def _has_clean_parallel(node: isl.AstNode, loops: dict) -> bool:
+    info = loop_info(node, loops)
+    if info is not None and info.parallel and not info.atomic:
+        return True
+    return any(_has_clean_parallel(c, loops) for c in ast_children(node))
+
+
+def schedule_kernel(kernel: ir.Kernel) -> ScheduledKernel:
+    """Split, prove bounds, compute dependences, build and annotate the AST of ``kernel``."""
+    split = split_boundary_pieces(kernel)
+    model = PolyModel(split)
+    requirements: list[SizeRequirement] = check_bounds(split, model)
+    deps = dependences(model)
+    domain = model.union_domain()
+    schedule = isl.Schedule.from_domain(domain)
+    if model.max_depth > 0 or len(split.statements) > 1:
+        mupa = isl.MultiUnionPwAff.from_union_map(model.schedule_map())
+        schedule = schedule.insert_partial_schedule(mupa)
+        schedule = _separate_loops(schedule)
+    analysis = _LoopAnalysis(split, model, deps)
+    build = isl.AstBuild.from_context(model.context)
+    build, handle = build.set_after_each_for(analysis)
+    ast = build.node_from_schedule(schedule)
+    del handle
+    if analysis.error is not None:
+        raise analysis.error
+    _map_openmp(ast, analysis.loops)
+    return ScheduledKernel(split, model, deps, schedule, ast, analysis.loops, requirements)
+
+
+def _separate_loops(schedule: isl.Schedule) -> isl.Schedule:
+    """Ask for separate loops per piece so interior loops carry no border conditions."""
+
+    def visit(node: isl.ScheduleNode) -> isl.ScheduleNode:
+        if node.get_type() == isl.schedule_node_type.band:
+            for k in range(node.band_n_member()):
+                node = node.band_member_set_ast_loop_type(k, isl.ast_loop_type.separate)
+        return node
+
+    return schedule.map_schedule_node_bottom_up(visit)
