@@ -537,6 +537,11 @@ def fold_integer_constants(e: Expr) -> Expr:
         return isinstance(x, Const) and not x.dtype.is_float and (v is None or x.value == v)
 
     def fn(x):
+        if isinstance(x, Unary) and x.op == "neg" and not x.dtype.is_float:
+            if is_int(x.a):
+                return Const(-x.a.value, x.dtype)
+            if isinstance(x.a, Unary) and x.a.op == "neg":
+                return x.a.a
         if isinstance(x, Binary) and not x.dtype.is_float and x.op in ("+", "-", "*"):
             a, b = x.a, x.b
             if is_int(a) and is_int(b):

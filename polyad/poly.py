@@ -77,7 +77,7 @@ class PolyModel:
         self.params = [isl_name(s) for s in kernel.sizes] + \
                       [isl_name(p) for p in kernel.int_params]
         self.param_prefix = f"[{', '.join(self.params)}] -> " if self.params else ""
-        cons = [f"{isl_name(s)} >= 1" for s in kernel.sizes]
+        cons = [f"{isl_name(s)} >= 0" for s in kernel.sizes]
         for p in kernel.params:
             if p.is_array:
                 cons += [f"{affine_text(e)} >= 0" for e in p.type.shape]
@@ -300,9 +300,10 @@ def check_bounds(kernel: ir.Kernel, model: PolyModel) -> list[SizeRequirement]:
     """Prove every access of the (piece-split) ``kernel`` lies inside its array.
 
     Raises ``BoundsError`` naming the access and an iteration that falls
-    outside when the array has no boundary mode. For arrays with a mode the
-    remaining out-of-bounds cases can only come from sizes that are too small
-    for the offsets; they are returned as requirements the runtime checks.
+    outside when the array has no boundary mode. Out-of-bounds cases that
+    occur only for finitely many sizes (circular/mirror pieces whose offset
+    exceeds a small size, a stencil written for N >= 2 called with N = 1) are
+    returned as requirements the runtime checks before calling the C code.
     """
     requirements = []
     for st in kernel.statements:
@@ -323,13 +324,23 @@ def check_bounds(kernel: ir.Kernel, model: PolyModel) -> list[SizeRequirement]:
                 if bad.is_empty():
                     continue
                 access = f"{ld.array}[{', '.join(ir.expr_str(i) for i in ld.index)}]"
-                if at.mode is None:
+                bad_sizes = bad.params().coalesce()
+                if at.mode is None and not _finitely_many(bad_sizes):
                     raise _bounds_error(kernel, st, ld, verb, d, bad, model, access)
-                requirements.append(SizeRequirement(
-                    bad.params().coalesce(),
-                    f"the {at.mode} access {access} at line {st.line} needs the size of "
-                    f"dimension {d} of {ld.array!r} ({ir.expr_str(ext)}) to exceed its offset"))
+                # Out of bounds only for finitely many (small) sizes: a call-time check.
+                why = (f"the {at.mode} access {access} at line {st.line} needs the size of "
+                       f"dimension {d} of {ld.array!r} ({ir.expr_str(ext)}) to exceed its offset"
+                       if at.mode else
+                       f"{access} at line {st.line} would fall outside {ld.array!r} for "
+                       f"these sizes")
+                requirements.append(SizeRequirement(bad_sizes, why))
     return requirements
+
+
+def _finitely_many(params: isl.Set) -> bool:
+    """True if the parameter set holds finitely many size tuples."""
+    n = params.dim(isl.dim_type.param)
+    return params.move_dims(isl.dim_type.set, 0, isl.dim_type.param, 0, n).is_bounded()
 
 
 def _bounds_error(kernel, st, ld, verb, d, bad: isl.Set, model: PolyModel, access: str):

@@ -118,7 +118,8 @@ class CPrinter:
         if isinstance(e, Unary):
             if e.op == "not":
                 return "!" + self.expr(e.a, env, 8), 8
-            return "-" + self.expr(e.a, env, 8), 8
+            inner = self.expr(e.a, env, 8)
+            return ("-(" + inner + ")" if inner.startswith("-") else "-" + inner), 8
         if isinstance(e, Binary):
             return self.binary(e, env)
         if isinstance(e, Select):

@@ -693,8 +693,10 @@ class _KernelParser(_ExprParser):
                            "move the pa.zeros/pa.empty call before the loops")
         if len(call.args) != 1 or call.keywords:
             raise self.err(call, f"pa.{kind}() takes one array type, e.g. pa.{kind}(pa.f64[M, N])")
-        at = self.global_value(call.args[0]) if not isinstance(call.args[0], ast.Subscript) \
-            else eval(compile(ast.Expression(call.args[0]), "<type>", "eval"), self.ns)
+        try:
+            at = eval(compile(ast.Expression(call.args[0]), self.src.filename, "eval"), self.ns)
+        except Exception as exc:
+            raise self.err(call.args[0], f"cannot evaluate the array type of pa.{kind}(): {exc}")
         if not isinstance(at, ir.ArrayType):
             raise self.err(call, f"pa.{kind}() takes an array type such as pa.f64[M, N]")
         if name in self.arrays or name in self.scalars or name in self.locals:

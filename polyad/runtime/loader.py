@@ -149,8 +149,8 @@ class CompiledKernel:
             raise ArgumentError(f"{k.name}(): cannot infer size(s) {', '.join(missing)} from the "
                                 f"arguments; pass them as keywords, e.g. {missing[0]}=...")
         for s in k.sizes:
-            if sizes[s] < 1:
-                raise ShapeError(f"{k.name}(): size {s} = {sizes[s]}, but sizes must be >= 1")
+            if sizes[s] < 0:
+                raise ShapeError(f"{k.name}(): size {s} = {sizes[s]}, but sizes must be >= 0")
 
     def _check_requirements(self, sizes: dict, ints: dict) -> None:
         if not self.requirements:
