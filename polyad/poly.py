@@ -20,7 +20,9 @@ size ``N``, array ``g``), so ``pa.explain`` output reads like the source.
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Optional
 
 import islpy as isl
@@ -420,3 +422,100 @@ def dependences(model: PolyModel, schedule_map: Optional[isl.UnionMap] = None) -
         deps.anti[var] = flow(writes, empty, var_reads).coalesce()
         deps.output[var] = flow(writes, must_w, may_w).coalesce()
     return deps
+
+
+# --------------------------------------------------------------------------
+# ISL affine objects -> IR (for transformations that build new statements)
+# --------------------------------------------------------------------------
+
+
+def param_exprs(kernel: ir.Kernel) -> dict[str, Expr]:
+    """ISL parameter name -> the IR expression it stands for."""
+    out: dict[str, Expr] = {isl_name(s): SizeVar(s) for s in kernel.sizes}
+    for p in kernel.int_params:
+        out[isl_name(p)] = ScalarRef(p, kernel.scalar_dtype(p))
+    return out
+
+
+def _fraction(v: isl.Val) -> Fraction:
+    return Fraction(v.get_num_si(), v.get_den_val().get_num_si())
+
+
+def aff_to_expr(aff: isl.Aff, in_names: list[str], params: dict[str, Expr]) -> Expr:
+    """An integer-valued quasi-affine ``isl.Aff`` as an IR expression over ``in_names``.
+
+    Integer divisions (ISL "divs") become floor divisions ``//`` by constants.
+    (Pure arithmetic on values: no islpy call that may raise, since islpy
+    exceptions abort processes running under AddressSanitizer.)
+    """
+    coefs: list[tuple[Fraction, Expr]] = []
+    for k, name in enumerate(in_names):
+        coefs.append((_fraction(aff.get_coefficient_val(isl.dim_type.in_, k)), LoopVar(name)))
+    for k in range(aff.dim(isl.dim_type.param)):
+        pname = aff.get_dim_name(isl.dim_type.param, k)
+        coefs.append((_fraction(aff.get_coefficient_val(isl.dim_type.param, k)), params[pname]))
+    for k in range(aff.dim(isl.dim_type.div)):
+        div = aff.get_div(k)
+        dd = div.get_denominator_val().get_num_si()
+        inner = aff_to_expr(div.scale_val(isl.Val.int_from_si(aff.get_ctx(), dd)),
+                            in_names, params)
+        coefs.append((_fraction(aff.get_coefficient_val(isl.dim_type.div, k)),
+                      Binary("//", inner, Const(dd, ir.i64), ir.i64) if dd != 1 else inner))
+    const = _fraction(aff.get_constant_val())
+    den = math.lcm(const.denominator, *(c.denominator for c, _ in coefs))
+    terms: list[Expr] = []
+    for c, e in coefs:
+        n = int(c * den)
+        if n == 1:
+            terms.append(e)
+        elif n:
+            terms.append(Binary("*", Const(n, ir.i64), e, ir.i64))
+    c0 = int(const * den)
+    if c0 or not terms:
+        terms.append(Const(c0, ir.i64))
+    out = terms[0]
+    for t in terms[1:]:
+        out = Binary("+", out, t, ir.i64)
+    if den != 1:
+        out = Binary("//", out, Const(den, ir.i64), ir.i64)
+    return ir.fold_integer_constants(out)
+
+
+def set_to_condition(s: isl.Set, names: list[str], params: dict[str, Expr]) -> Expr:
+    """An ISL set (over ``names``) as an IR affine boolean expression."""
+    disjuncts = []
+    for bset in _basic_sets(s.coalesce()):
+        conj = None
+        for c in bset.get_constraints():
+            e = aff_to_expr(c.get_aff(), names, params)
+            atom = Binary("==" if c.is_equality() else ">=", e, Const(0, ir.i64), ir.boolean)
+            conj = atom if conj is None else Binary("and", conj, atom, ir.boolean)
+        conj = conj if conj is not None else Binary("==", Const(0, ir.i64), Const(0, ir.i64),
+                                                    ir.boolean)
+        disjuncts.append(conj)
+    out = disjuncts[0] if disjuncts else Binary("==", Const(0, ir.i64), Const(1, ir.i64),
+                                                ir.boolean)
+    for d in disjuncts[1:]:
+        out = Binary("or", out, d, ir.boolean)
+    return out
+
+
+def _basic_sets(s: isl.Set) -> list:
+    out = []
+    s.foreach_basic_set(out.append)
+    return out
+
+
+def inverse_pieces(access: isl.Map) -> Optional[list[tuple[isl.Set, list[isl.Aff]]]]:
+    """For an injective access ``S[i] -> A[j]``: pieces (set of j, [i_k as Aff of j]).
+
+    Returns None when the access is not injective (several iterations write
+    the same element), i.e. when it cannot become a gather.
+    """
+    if not access.is_injective():
+        return None
+    pma = isl.PwMultiAff.from_map(access.reverse())
+    pieces = []
+    pma.foreach_piece(lambda s, ma: pieces.append(
+        (s, [ma.get_at(k) for k in range(ma.dim(isl.dim_type.out))])))
+    return pieces

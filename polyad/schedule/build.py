@@ -9,6 +9,7 @@ import islpy as isl
 
 from .. import ir
 from ..ir import Load, ScalarRef
+from .gather import scatter_to_gather
 from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, dependences,
                     split_boundary_pieces)
 
@@ -22,7 +23,9 @@ class LoopInfo:
     ``parallel``: iterations may run concurrently once ``reductions`` (scalar
     name -> C reduction operator) get a reduction clause, ``private`` scalars
     a private copy, and ``atomic`` statements (array ``+=`` scatters) are made
-    atomic. ``reason`` says why a loop is not parallel.
+    atomic. ``reason`` says why a loop is not parallel; ``mapping`` says what
+    the OpenMP mapping pass made of a parallel loop and why (``pa.explain``
+    prints both).
     """
 
     depth: int
@@ -36,6 +39,7 @@ class LoopInfo:
     # decided by the mapping pass
     omp_parallel: bool = False
     simd: bool = False
+    mapping: str = ""
 
 
 @dataclass
@@ -49,6 +53,7 @@ class ScheduledKernel:
     ast: isl.AstNode
     loops: dict
     requirements: list
+    gather_decisions: dict = field(default_factory=dict)
 
     def statement(self, name: str) -> ir.Statement:
         return self._by_name[name]
@@ -201,15 +206,22 @@ def loop_info(node: isl.AstNode, loops: dict) -> Optional[LoopInfo]:
 def _map_openmp(node: isl.AstNode, loops: dict, inside_parallel: bool = False) -> bool:
     """Choose ``omp parallel for`` / ``simd`` loops; returns True if a for-node is below."""
     info = loop_info(node, loops)
-    if info is not None and not inside_parallel and info.parallel:
-        if not info.atomic or not _has_clean_parallel(node.for_get_body(), loops):
+    if info is not None and info.parallel:
+        if inside_parallel:
+            info.mapping = "runs inside an enclosing 'omp parallel for' loop"
+        elif not info.atomic or not _has_clean_parallel(node.for_get_body(), loops):
             info.omp_parallel = True
+            info.mapping = "outermost parallel loop: 'omp parallel for'"
+        else:
+            info.mapping = ("left sequential: it needs atomics, and an inner loop is "
+                            "parallel without them")
     below = False
     for child in ast_children(node):
         below |= _map_openmp(child, loops, inside_parallel or (info is not None and info.omp_parallel))
     if info is not None:
         if not below and info.parallel and not info.carried and not info.reductions:
             info.simd = True
+            info.mapping += "; innermost loop without carried dependences: 'omp simd'"
         return True
     return below
 
@@ -224,6 +236,7 @@ def _has_clean_parallel(node: isl.AstNode, loops: dict) -> bool:
 def schedule_kernel(kernel: ir.Kernel) -> ScheduledKernel:
     """Split, prove bounds, compute dependences, build and annotate the AST of ``kernel``."""
     split = split_boundary_pieces(kernel)
+    split, gather_decisions = scatter_to_gather(split, PolyModel(split))
     model = PolyModel(split)
     requirements: list[SizeRequirement] = check_bounds(split, model)
     deps = dependences(model)
@@ -241,7 +254,8 @@ def schedule_kernel(kernel: ir.Kernel) -> ScheduledKernel:
     if analysis.error is not None:
         raise analysis.error
     _map_openmp(ast, analysis.loops)
-    return ScheduledKernel(split, model, deps, schedule, ast, analysis.loops, requirements)
+    return ScheduledKernel(split, model, deps, schedule, ast, analysis.loops, requirements,
+                           gather_decisions)
 
 
 def _separate_loops(schedule: isl.Schedule) -> isl.Schedule:

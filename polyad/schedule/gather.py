@@ -1,0 +1,118 @@
+"""Scatter-to-gather: re-index injective ``+=`` scatters by the element they write.
+
+The adjoint of a stencil read is a scatter such as ``d_g[m, n - 1] += e(m, n)``:
+iterations ``n`` and ``n + 1`` write neighbouring elements, so the loops carry
+dependences and a parallel loop would need atomics. When the write access is
+injective, ISL inverts it and the statement becomes a gather over the
+target's domain, ``d_g[m, n] += e(m, n + 1)`` (one piece per piece of the
+inverse, so boundary pieces stay separate): every iteration writes only its
+own element, and the loop is parallel without atomics (PerforAD / Halide's
+transformation).
+
+The rewrite changes the order in which the statement's instances run, so it
+is only applied when that cannot change a result: inside the statement's
+outermost loop nest the target array is only ever updated by ``+=``/``-=``
+(a sum, whose order does not matter) and never read, and nothing the
+statement reads is written there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .. import ir
+from ..ir import Condition, Load, Loop, LoopVar, ScalarRef
+from ..poly import PolyModel, aff_to_expr, inverse_pieces, param_exprs, set_to_condition
+
+
+def _written(st: ir.Statement) -> str:
+    return st.target.array if isinstance(st.target, Load) else st.target.name
+
+
+def _read_names(st: ir.Statement) -> set[str]:
+    names = set(st.scalar_reads())
+    for e in st.exprs():
+        names |= {x.array for x in ir.walk(e) if isinstance(x, Load)}
+    if isinstance(st.target, Load) and st.op != "=":
+        names.add(st.target.array)
+    return names
+
+
+def _is_identity_write(st: ir.Statement) -> bool:
+    t = st.target
+    return (len(t.index) == len(st.loops)
+            and all(isinstance(e, LoopVar) and e.name == lp.var
+                    for e, lp in zip(t.index, st.loops)))
+
+
+def _legal(st: ir.Statement, nest: list) -> str:
+    """Empty if re-ordering ``st``'s instances is safe inside its nest, else why not."""
+    target = st.target.array
+    for other in nest:
+        if _written(other) == target and other.op not in ("+=", "-="):
+            return f"{target!r} is also assigned in the loop nest (line {other.line})"
+        if _reads_inside(other, target):
+            return f"{target!r} is read in the loop nest (line {other.line})"
+    written = {_written(o) for o in nest}
+    clash = (_read_names(st) - {target}) & written
+    if clash:
+        return f"it reads {', '.join(sorted(clash))}, written in the same loop nest"
+    return ""
+
+
+def _reads_inside(st: ir.Statement, var: str) -> bool:
+    """Does ``st`` read ``var`` other than as the target of its own update?"""
+    for e in st.exprs():
+        for x in ir.walk(e):
+            if isinstance(x, Load) and x.array == var or isinstance(x, ScalarRef) and x.name == var:
+                return True
+    return False
+
+
+def scatter_to_gather(kernel: ir.Kernel, model: PolyModel) -> tuple[ir.Kernel, dict[str, str]]:
+    """Rewrite injective ``+=`` scatters as gathers.
+
+    Returns the new kernel and, per original statement name that was a
+    scatter, the decision taken ("gather" or why it stays a scatter).
+    """
+    nests: dict[int, list] = {}
+    for st in kernel.statements:
+        if st.loops:
+            nests.setdefault(st.position[0], []).append(st)
+    params = param_exprs(kernel)
+    decisions: dict[str, str] = {}
+    out = []
+    for st in kernel.statements:
+        t = st.target
+        if (not st.loops or not isinstance(t, Load) or st.op not in ("+=", "-=")
+                or _is_identity_write(st)):
+            out.append(st)
+            continue
+        at = kernel.array_type(t.array)
+        why = ""
+        if at.ndim != len(st.loops):
+            why = f"{t.array!r} has {at.ndim} dimension(s) but the statement {len(st.loops)} loop(s)"
+        else:
+            why = _legal(st, nests[st.position[0]])
+        pieces = None
+        if not why:
+            pieces = inverse_pieces(model.access_map(st, t))
+            if pieces is None:
+                why = f"several iterations write the same element of {t.array!r}"
+        if why:
+            decisions[st.name] = "scatter: " + why
+            out.append(st)
+            continue
+        names = list(st.loop_vars)
+        loops = tuple(Loop(v, ir.Const(0, ir.i64), ext, 1) for v, ext in zip(names, at.shape))
+        new_target = Load(t.array, tuple(LoopVar(v) for v in names), t.dtype)
+        for k, (piece_set, affs) in enumerate(pieces):
+            values = {old: aff_to_expr(a, names, params) for old, a in zip(names, affs)}
+            cond = set_to_condition(piece_set, names, params)
+            out.append(dataclasses.replace(
+                st, name=st.name if len(pieces) == 1 else f"{st.name}_g{k}", loops=loops,
+                conditions=(Condition(cond),), target=new_target,
+                expr=ir.fold_integer_constants(ir.substitute(st.expr, values)),
+                guard=None if st.guard is None else ir.substitute(st.guard, values)))
+        decisions[st.name] = "gather"
+    return dataclasses.replace(kernel, statements=tuple(out)), decisions
