@@ -78,15 +78,16 @@ class Kernel:
         self.__polyad_kernel__ = ir_kernel
         self._compiled: dict = {}
 
-    def compile(self, target: str = "openmp", sanitize: Optional[str] = None) -> CompiledKernel:
-        """Schedule, emit and compile (cached per target and sanitizer)."""
+    def compile(self, target: str = "openmp", sanitize: Optional[str] = None,
+                deterministic: bool = False) -> CompiledKernel:
+        """Schedule, emit and compile (cached per option set); see ``pa.compile``."""
         if target not in TARGETS:
             raise ValueError(f"unknown target {target!r}; choose one of {TARGETS}")
         if sanitize not in (None, "address"):
             raise ValueError("sanitize must be None or 'address'")
-        key = (target, sanitize)
+        key = (target, sanitize, bool(deterministic))
         if key not in self._compiled:
-            sk = schedule_kernel(self.ir)
+            sk = schedule_kernel(self.ir, deterministic=bool(deterministic))
             source = emit_openmp(sk)
             self._compiled[key] = CompiledKernel(sk.kernel, source, signature(sk.kernel),
                                                  sk.requirements, sk.model.params, sanitize)
@@ -109,12 +110,16 @@ def kernel(fn) -> Kernel:
     return Kernel(fn)
 
 
-def compile(k: Kernel, target: str = "openmp", sanitize: Optional[str] = None) -> CompiledKernel:
+def compile(k: Kernel, target: str = "openmp", sanitize: Optional[str] = None,
+            deterministic: bool = False) -> CompiledKernel:
     """Compile kernel ``k`` now; returns a callable with ``.source`` (the generated C).
 
     ``sanitize="address"`` builds with AddressSanitizer (load it in a process
     started with ``LD_PRELOAD=$(gcc -print-file-name=libasan.so)``).
+    ``deterministic=True`` avoids every parallel form that reorders
+    floating-point sums (reduction clauses, privatized copies, atomics): the
+    result is the same bit for bit on every run and any number of threads.
     """
     if not isinstance(k, Kernel):
         raise TypeError(f"pa.compile() takes a @pa.kernel, got {type(k).__name__}")
-    return k.compile(target, sanitize)
+    return k.compile(target, sanitize, deterministic)

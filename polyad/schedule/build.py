@@ -22,7 +22,9 @@ class LoopInfo:
 
     ``parallel``: iterations may run concurrently once ``reductions`` (scalar
     name -> C reduction operator) get a reduction clause, ``private`` scalars
-    a private copy, and ``atomic`` statements (array ``+=`` scatters) are made
+    a private copy, ``privatized`` arrays (name -> flat size; small targets of
+    ``+=`` scatters, like a filter gradient) a per-thread copy summed at the
+    end, and ``atomic`` statements (other array ``+=`` scatters) are made
     atomic. ``reason`` says why a loop is not parallel; ``mapping`` says what
     the OpenMP mapping pass made of a parallel loop and why (``pa.explain``
     prints both).
@@ -34,6 +36,7 @@ class LoopInfo:
     reductions: dict = field(default_factory=dict)
     private: tuple = ()
     atomic: frozenset = frozenset()
+    privatized: dict = field(default_factory=dict)
     reason: str = ""
     carried: bool = True
     # decided by the mapping pass
@@ -146,6 +149,8 @@ class _LoopAnalysis:
             if any(carried.values()) and len(ops) == 1 and None not in ops:
                 if var in self.locals:
                     info.reductions[var] = ops.pop()
+                elif ops == {"+"} and _small_target(self.kernel, var, users):
+                    info.privatized[var] = _flat_size(self.kernel.array_type(var))
                 elif ops == {"+"}:
                     info.atomic |= frozenset(s.name for s in users)
                 else:
@@ -169,6 +174,29 @@ class _LoopAnalysis:
         key = f"loop{len(self.loops)}"
         self.loops[key] = info
         return node.set_annotation(isl.Id(key, context=self.model.ctx))
+
+
+def _sizes_in(exprs) -> set:
+    return {x.name for e in exprs for x in ir.walk(e) if isinstance(x, ir.SizeVar)}
+
+
+def _small_target(kernel: ir.Kernel, var: str, users: list) -> bool:
+    """A scatter target is 'small' when its extents use strictly fewer sizes than its loops.
+
+    E.g. ``d_f[k] += ...`` inside loops over M, N and K: each element receives
+    M*N contributions, so per-thread private copies are cheap to combine and
+    far cheaper than M*N*K atomics; ``dx[i - 1] += ...`` over i < N is not.
+    """
+    extents = _sizes_in(kernel.array_type(var).shape)
+    loops = _sizes_in([b for st in users for lp in st.loops for b in (lp.lo, lp.hi)])
+    return extents < loops
+
+
+def _flat_size(at: ir.ArrayType) -> ir.Expr:
+    out = at.shape[0]
+    for ext in at.shape[1:]:
+        out = ir.Binary("*", out, ext, ir.i64)
+    return out
 
 
 def _target_name(st: ir.Statement) -> str:
@@ -203,10 +231,28 @@ def loop_info(node: isl.AstNode, loops: dict) -> Optional[LoopInfo]:
         return None
 
 
-def _map_openmp(node: isl.AstNode, loops: dict, inside_parallel: bool = False) -> bool:
-    """Choose ``omp parallel for`` / ``simd`` loops; returns True if a for-node is below."""
+def _order_dependent(info: LoopInfo, kernel: ir.Kernel) -> str:
+    """Why running ``info``'s loop in parallel could change float results bit-wise, or ''."""
+    floats = [v for v in info.reductions if kernel.scalar_dtype(v).is_float]
+    floats += [a for a in info.privatized if kernel.array_type(a).dtype.is_float]
+    if info.atomic:
+        floats.append("atomic updates")
+    return ", ".join(floats)
+
+
+def _map_openmp(node: isl.AstNode, loops: dict, kernel: ir.Kernel, deterministic: bool,
+                inside_parallel: bool = False) -> bool:
+    """Choose ``omp parallel for`` / ``simd`` loops; returns True if a for-node is below.
+
+    With ``deterministic``, loops whose parallel form reorders floating-point
+    sums (reduction clauses, privatized copies, atomics) stay sequential, so
+    results are bit-for-bit the same on every run and thread count.
+    """
     info = loop_info(node, loops)
-    if info is not None and info.parallel:
+    order = _order_dependent(info, kernel) if info is not None and deterministic else ""
+    if info is not None and info.parallel and order:
+        info.mapping = f"left sequential (deterministic=True): parallel form reorders {order}"
+    elif info is not None and info.parallel:
         if inside_parallel:
             info.mapping = "runs inside an enclosing 'omp parallel for' loop"
         elif not info.atomic or not _has_clean_parallel(node.for_get_body(), loops):
@@ -217,7 +263,8 @@ def _map_openmp(node: isl.AstNode, loops: dict, inside_parallel: bool = False) -
                             "parallel without them")
     below = False
     for child in ast_children(node):
-        below |= _map_openmp(child, loops, inside_parallel or (info is not None and info.omp_parallel))
+        below |= _map_openmp(child, loops, kernel, deterministic,
+                             inside_parallel or (info is not None and info.omp_parallel))
     if info is not None:
         if not below and info.parallel and not info.carried and not info.reductions:
             info.simd = True
@@ -233,8 +280,12 @@ def _has_clean_parallel(node: isl.AstNode, loops: dict) -> bool:
     return any(_has_clean_parallel(c, loops) for c in ast_children(node))
 
 
-def schedule_kernel(kernel: ir.Kernel) -> ScheduledKernel:
-    """Split, prove bounds, compute dependences, build and annotate the AST of ``kernel``."""
+def schedule_kernel(kernel: ir.Kernel, deterministic: bool = False) -> ScheduledKernel:
+    """Split, prove bounds, compute dependences, build and annotate the AST of ``kernel``.
+
+    ``deterministic=True`` keeps loops sequential where the parallel form would
+    reorder floating-point sums (see ``_map_openmp``).
+    """
     split = split_boundary_pieces(kernel)
     split, gather_decisions = scatter_to_gather(split, PolyModel(split))
     model = PolyModel(split)
@@ -253,7 +304,7 @@ def schedule_kernel(kernel: ir.Kernel) -> ScheduledKernel:
     del handle
     if analysis.error is not None:
         raise analysis.error
-    _map_openmp(ast, analysis.loops)
+    _map_openmp(ast, analysis.loops, split, deterministic)
     return ScheduledKernel(split, model, deps, schedule, ast, analysis.loops, requirements,
                            gather_decisions)
 

@@ -1,0 +1,193 @@
+"""Schedule decisions (gather / privatize / atomic / reduction) and their correctness.
+
+Every kernel here is also run against the IR interpreter (program order), in
+the default and in the deterministic mode, so a wrong parallel decision shows
+up as a wrong number, not only as a different pragma.
+"""
+
+import ctypes
+import ctypes.util
+
+import numpy as np
+import pytest
+
+import polyad as pa
+from polyad.schedule import schedule_kernel
+from polyad.testing import interpret
+
+M, N, K = pa.sizes("M N K")
+
+
+@pa.kernel
+def stencil_adjoint(dy: pa.f64[M, N], dx: pa.Out(pa.f64[M, N].clamped)):
+    for m in range(M):
+        for n in range(N):
+            dx[m, n] = 0.0
+    for m in range(M):
+        for n in range(N):
+            dx[m, n - 1] += 0.5 * dy[m, n]
+            dx[m, n] += dy[m, n]
+            dx[m - 1, n + 1] -= 0.25 * dy[m, n]
+
+
+@pa.kernel
+def filter_gradient(x: pa.f64[M, N].clamped, r: pa.f64[M, N], df: pa.Out(pa.f64[K])):
+    for k in range(K):
+        df[k] = 0.0
+    for m in range(M):
+        for n in range(N):
+            for k in range(K):
+                df[k] += x[m, n + k - 2] * r[m, n]
+
+
+@pa.kernel
+def pair_histogram(x: pa.f64[N], h: pa.Out(pa.f64[N])):
+    for i in range(N):
+        h[i] = 0.0
+    for i in range(N):
+        h[i // 2] += x[i]
+        h[(i + 1) // 2] += 0.5 * x[i]
+
+
+@pa.kernel
+def circular_adjoint(dy: pa.f64[N], dx: pa.Out(pa.f64[N].circular)):
+    for i in range(N):
+        dx[i] = 0.0
+    for i in range(N):
+        dx[i - 2] += dy[i]
+        dx[i + 1] += 2.0 * dy[i]
+
+
+@pa.kernel
+def read_after_scatter(dy: pa.f64[N], dx: pa.Out(pa.f64[N].clamped)):
+    for i in range(N):
+        dx[i] = 0.0
+    for i in range(N):
+        dx[i - 1] += dy[i]
+        dx[i] += dx[i] * 0.5  # reads the scatter target: order matters
+
+
+@pa.kernel
+def sum_of_squares(x: pa.f64[M, N]) -> pa.f64:
+    s = 0.0
+    for m in range(M):
+        for n in range(N):
+            s += x[m, n] * x[m, n]
+    return s
+
+
+def _strategies(k):
+    sk = schedule_kernel(k.ir)
+    # decisions are per boundary piece (S1_0, S1_1, ...): report the DSL statement
+    gathered = {name.split("_")[0] for name, d in sk.gather_decisions.items() if d == "gather"}
+    atomic = set().union(*[info.atomic for info in sk.loops.values() if info.omp_parallel])
+    privatized = set().union(*[set(info.privatized) for info in sk.loops.values()
+                               if info.omp_parallel])
+    reductions = set().union(*[set(info.reductions) for info in sk.loops.values()
+                               if info.omp_parallel])
+    return sk, gathered, atomic, privatized, reductions
+
+
+def test_stencil_adjoint_becomes_gather_without_atomics():
+    sk, gathered, atomic, privatized, _ = _strategies(stencil_adjoint)
+    assert gathered == {"S1", "S3"}  # the shifted scatters; S2 writes dx[m, n] already
+    assert not atomic and not privatized
+    assert "atomic" not in stencil_adjoint.source
+    assert "#pragma omp parallel for" in stencil_adjoint.source
+
+
+def test_circular_adjoint_is_gather():
+    _, gathered, atomic, _, _ = _strategies(circular_adjoint)
+    assert gathered == {"S1", "S2"}
+    assert not atomic
+
+
+def test_filter_gradient_is_privatized():
+    _, gathered, atomic, privatized, _ = _strategies(filter_gradient)
+    assert privatized == {"df"}
+    assert not atomic
+    assert "reduction(+:df[0:K])" in filter_gradient.source
+
+
+def test_histogram_scatter_uses_atomics():
+    sk, gathered, atomic, privatized, _ = _strategies(pair_histogram)
+    assert not gathered
+    assert "several iterations write the same element" in sk.gather_decisions["S1"]
+    assert {name.split("_")[0] for name in atomic} == {"S1", "S2"}
+    assert pair_histogram.source.count("#pragma omp atomic") == 2
+
+
+def test_scatter_whose_target_is_read_stays_ordered():
+    sk, gathered, atomic, _, _ = _strategies(read_after_scatter)
+    assert not gathered
+    assert any("is read in the loop nest" in d for name, d in sk.gather_decisions.items()
+               if name.startswith("S1"))
+
+
+def test_scalar_sum_uses_reduction_clause():
+    _, _, _, _, reductions = _strategies(sum_of_squares)
+    assert reductions == {"s"}
+    assert "reduction(+:s)" in sum_of_squares.source
+
+
+CASES = [
+    (stencil_adjoint, lambda r: dict(dy=r.standard_normal((6, 7))), {}),
+    (filter_gradient, lambda r: dict(x=r.standard_normal((5, 9)), r=r.standard_normal((5, 9))),
+     {"K": 5}),
+    (pair_histogram, lambda r: dict(x=r.standard_normal(11)), {}),
+    (circular_adjoint, lambda r: dict(dy=r.standard_normal(8)), {}),
+    (read_after_scatter, lambda r: dict(dy=r.standard_normal(9)), {}),
+    (sum_of_squares, lambda r: dict(x=r.standard_normal((7, 5))), {}),
+]
+
+
+def _sizes(args, extra):
+    sizes = dict(extra)
+    shapes = {a.shape for a in args.values()}
+    for shape in shapes:
+        if len(shape) == 2:
+            sizes.setdefault("M", shape[0])
+            sizes.setdefault("N", shape[1])
+        else:
+            sizes.setdefault("N", shape[0])
+    return sizes
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+@pytest.mark.parametrize("kernel,make,extra", CASES, ids=[c[0].ir.name for c in CASES])
+def test_schedule_matches_program_order(kernel, make, extra, deterministic):
+    args = make(np.random.default_rng(1))
+    compiled = pa.compile(kernel, deterministic=deterministic)
+    got = compiled(**{k: v.copy() for k, v in args.items()}, **extra)
+    result, arrays = interpret(kernel.ir, {k: v.copy() for k, v in args.items()},
+                               _sizes(args, extra))
+    out = [p.name for p in kernel.ir.params if p.intent == "out"]
+    want = result if result is not None else arrays[out[0]]
+    np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
+
+
+def _omp_set_num_threads(n):
+    lib = ctypes.CDLL(ctypes.util.find_library("gomp") or "libgomp.so.1")
+    lib.omp_set_num_threads(n)
+
+
+@pytest.mark.parametrize("kernel,make,extra", CASES, ids=[c[0].ir.name for c in CASES])
+def test_deterministic_mode_is_bitwise_reproducible(kernel, make, extra):
+    args = make(np.random.default_rng(2))
+    compiled = pa.compile(kernel, deterministic=True)
+    results = []
+    try:
+        for threads in (1, 2, 2):
+            _omp_set_num_threads(threads)
+            results.append(np.asarray(compiled(**args, **extra)).tobytes())
+    finally:
+        _omp_set_num_threads(2)
+    assert results[0] == results[1] == results[2]
+
+
+def test_deterministic_mode_drops_atomics_and_float_reductions():
+    assert "atomic" not in pa.compile(pair_histogram, deterministic=True).source
+    assert "reduction" not in pa.compile(sum_of_squares, deterministic=True).source
+    assert "reduction" not in pa.compile(filter_gradient, deterministic=True).source
+    # gathers need neither, so the adjoint stencil stays parallel
+    assert "omp parallel for" in pa.compile(stencil_adjoint, deterministic=True).source
