@@ -20,6 +20,7 @@ size ``N``, array ``g``), so ``pa.explain`` output reads like the source.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -293,6 +294,33 @@ def _resolve_piece(st: Statement, choice: dict) -> Optional[Statement]:
     return dataclasses.replace(st, target=target, expr=ir.map_expr(st.expr, fn), guard=guard)
 
 
+def boundary_access_map(model: PolyModel, st: Statement, ld: Load) -> isl.Map:
+    """The access ``ld`` of ``st`` as ISL sees it through the array's boundary mode.
+
+    ``g[m, n - 1]`` on a clamped ``g`` is the piecewise map
+    ``{ S[m, n] -> g[m, n - 1] : n >= 1; S[m, 0] -> g[m, 0] }`` (DESIGN §4):
+    one piece per combination of index ranges, the same pieces
+    ``split_boundary_pieces`` turns into statements. For ``.zero`` arrays the
+    pieces outside the array are absent (those reads give 0, writes are
+    dropped). ``model`` is the model of the kernel *before* splitting; an
+    access to an array without mode is its plain affine map.
+    """
+    at = model.kernel.array_type(ld.array)
+    plain = model.access_map(st, ld)
+    if not at.mode:
+        return plain
+    out = isl.Map.empty(plain.get_space())
+    per_dim = [_dim_pieces(e, ext, at.mode) for e, ext in zip(ld.index, at.shape)]
+    for combo in itertools.product(*per_dim):
+        if any(res is None for _, res in combo):
+            continue
+        piece = model.access_map(st, dataclasses.replace(ld, index=tuple(r for _, r in combo)))
+        for cond, _ in combo:
+            piece = piece.intersect_domain(model.condition_set(st, cond))
+        out = out.union(piece)
+    return out.coalesce()
+
+
 # --------------------------------------------------------------------------
 # bounds proof
 # --------------------------------------------------------------------------
@@ -302,10 +330,11 @@ def check_bounds(kernel: ir.Kernel, model: PolyModel) -> list[SizeRequirement]:
     """Prove every access of the (piece-split) ``kernel`` lies inside its array.
 
     Raises ``BoundsError`` naming the access and an iteration that falls
-    outside when the array has no boundary mode. Out-of-bounds cases that
-    occur only for finitely many sizes (circular/mirror pieces whose offset
-    exceeds a small size, a stencil written for N >= 2 called with N = 1) are
-    returned as requirements the runtime checks before calling the C code.
+    outside when the array has no boundary mode and the access is wrong even
+    for large sizes. Out-of-bounds cases that only small sizes produce
+    (circular/mirror pieces whose offset exceeds the size, a stencil written
+    for N >= 2 called with N = 1, ``x[i, 0]`` with N = 0) are returned as
+    requirements the runtime checks before calling the C code.
     """
     requirements = []
     for st in kernel.statements:
@@ -327,7 +356,7 @@ def check_bounds(kernel: ir.Kernel, model: PolyModel) -> list[SizeRequirement]:
                     continue
                 access = f"{ld.array}[{', '.join(ir.expr_str(i) for i in ld.index)}]"
                 bad_sizes = bad.params().coalesce()
-                if at.mode is None and not _finitely_many(bad_sizes):
+                if at.mode is None and _persists_for_large_sizes(bad_sizes, model):
                     raise _bounds_error(kernel, st, ld, verb, d, bad, model, access)
                 # Out of bounds only for finitely many (small) sizes: a call-time check.
                 why = (f"the {at.mode} access {access} at line {st.line} needs the size of "
@@ -339,10 +368,19 @@ def check_bounds(kernel: ir.Kernel, model: PolyModel) -> list[SizeRequirement]:
     return requirements
 
 
-def _finitely_many(params: isl.Set) -> bool:
-    """True if the parameter set holds finitely many size tuples."""
-    n = params.dim(isl.dim_type.param)
-    return params.move_dims(isl.dim_type.set, 0, isl.dim_type.param, 0, n).is_bounded()
+# Sizes at least this large exceed any offset a real kernel uses: an access that is
+# out of bounds even when every size is this large is a bug in the kernel, not a
+# small-size corner case.
+LARGE_SIZE = 1 << 16
+
+
+def _persists_for_large_sizes(bad_sizes: isl.Set, model: PolyModel) -> bool:
+    """True if some access falls outside its array even when every size is large."""
+    large = " and ".join(f"{isl_name(s)} >= {LARGE_SIZE}" for s in model.kernel.sizes)
+    if not large:
+        return not bad_sizes.is_empty()
+    big = isl.Set.read_from_str(model.ctx, f"{model.param_prefix}{{ : {large} }}")
+    return not bad_sizes.intersect(big).is_empty()
 
 
 def _bounds_error(kernel, st, ld, verb, d, bad: isl.Set, model: PolyModel, access: str):

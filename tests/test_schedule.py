@@ -191,3 +191,36 @@ def test_deterministic_mode_drops_atomics_and_float_reductions():
     assert "reduction" not in pa.compile(filter_gradient, deterministic=True).source
     # gathers need neither, so the adjoint stencil stays parallel
     assert "omp parallel for" in pa.compile(stencil_adjoint, deterministic=True).source
+
+
+@pa.kernel
+def wavefront_sweep(A: pa.f64[M, N]):
+    for i in range(1, M):
+        for j in range(1, N - 1):
+            A[i, j] = 0.5 * A[i, j - 1] + 0.25 * A[i - 1, j + 1]
+
+
+def test_isl_scheduler_finds_wavefront_parallelism():
+    # program order has no parallel loop (i and j both carry flow dependences);
+    # ISL's scheduler skews the nest so that the inner loop of a wavefront is parallel
+    sk = schedule_kernel(wavefront_sweep.ir)
+    assert sk.schedule_origin.startswith("ISL scheduler")
+    assert "#pragma omp parallel for" in wavefront_sweep.source
+    A = np.random.default_rng(3).random((9, 11))
+    want = A.copy()
+    interpret(wavefront_sweep.ir, dict(A=want), dict(M=9, N=11))
+    wavefront_sweep(A)
+    np.testing.assert_allclose(A, want, rtol=1e-14)
+
+
+def test_program_order_kept_when_already_parallel():
+    assert schedule_kernel(stencil_adjoint.ir).schedule_origin == "program order"
+
+
+def test_scheduler_quota_falls_back_to_program_order(monkeypatch):
+    from polyad.schedule import build
+    monkeypatch.setattr(build, "SCHEDULER_QUOTA", 1)
+    sk = schedule_kernel(wavefront_sweep.ir)
+    assert "gave up" in sk.schedule_origin
+    from polyad.emit.c_openmp import emit_openmp
+    assert "omp parallel" not in emit_openmp(sk)  # the program order, sequential

@@ -57,6 +57,7 @@ class ScheduledKernel:
     loops: dict
     requirements: list
     gather_decisions: dict = field(default_factory=dict)
+    schedule_origin: str = "program order"
 
     def statement(self, name: str) -> ir.Statement:
         return self._by_name[name]
@@ -68,6 +69,15 @@ class ScheduledKernel:
 def _maps(umap: isl.UnionMap) -> list:
     out = []
     umap.foreach_map(out.append)
+    return out
+
+
+def _flat_range(umap: isl.UnionMap) -> isl.UnionMap:
+    """The schedule prefix with a flat range (ISL nests the spaces of successive bands)."""
+    out = None
+    for m in _maps(umap):
+        m = m.flatten_range()
+        out = m.to_union_map() if out is None else out.union(m.to_union_map())
     return out
 
 
@@ -130,7 +140,7 @@ class _LoopAnalysis:
             return node
 
     def analyse(self, node, build):
-        sched = build.get_schedule()
+        sched = _flat_range(build.get_schedule())
         ldom = sched.domain()
         depth = _maps(sched)[0].dim(isl.dim_type.out) - 1
         stmts = _names(ldom)
@@ -291,22 +301,89 @@ def schedule_kernel(kernel: ir.Kernel, deterministic: bool = False) -> Scheduled
     model = PolyModel(split)
     requirements: list[SizeRequirement] = check_bounds(split, model)
     deps = dependences(model)
-    domain = model.union_domain()
-    schedule = isl.Schedule.from_domain(domain)
-    if model.max_depth > 0 or len(split.statements) > 1:
+    program_order = _program_order_schedule(model)
+    ast, loops = _build_ast(program_order, split, model, deps, deterministic)
+    schedule, origin = program_order, "program order"
+    parallel, looped = _parallel_score(ast, loops)
+    if parallel < looped:  # some loop nest runs sequentially: ask ISL for a better schedule
+        isl_schedule = _isl_schedule(model, deps)
+        if isl_schedule is None:
+            origin = "program order (the ISL scheduler gave up within its operation quota)"
+        else:
+            ast2, loops2 = _build_ast(isl_schedule, split, model, deps, deterministic)
+            if _parallel_score(ast2, loops2)[0] > parallel:
+                schedule, ast, loops = isl_schedule, ast2, loops2
+                origin = "ISL scheduler (more parallel than the program order)"
+            else:
+                origin = "program order (the ISL schedule is not more parallel)"
+    return ScheduledKernel(split, model, deps, schedule, ast, loops, requirements,
+                           gather_decisions, origin)
+
+
+def _program_order_schedule(model: PolyModel) -> isl.Schedule:
+    schedule = isl.Schedule.from_domain(model.union_domain())
+    if model.max_depth > 0 or len(model.kernel.statements) > 1:
         mupa = isl.MultiUnionPwAff.from_union_map(model.schedule_map())
         schedule = schedule.insert_partial_schedule(mupa)
-        schedule = _separate_loops(schedule)
-    analysis = _LoopAnalysis(split, model, deps)
+    return schedule
+
+
+# Bound on ISL's scheduler work (isl "operations"); past it we keep program order.
+SCHEDULER_QUOTA = 2_000_000
+
+
+def _isl_schedule(model: PolyModel, deps: Dependences) -> Optional[isl.Schedule]:
+    """ISL's own schedule (validity = coincidence = proximity = all dependences), or None."""
+    all_deps = deps.all(model.context.get_space())
+    sc = (isl.ScheduleConstraints.on_domain(model.union_domain())
+          .set_context(model.context).set_validity(all_deps)
+          .set_coincidence(all_deps).set_proximity(all_deps))
+    ctx = model.ctx
+    ctx.set_schedule_outer_coincidence(1)
+    ctx.set_schedule_max_coefficient(4)
+    ctx.reset_operations()
+    ctx.set_max_operations(SCHEDULER_QUOTA)
+    try:
+        return sc.compute_schedule()
+    except isl.Error:
+        return None
+    finally:
+        ctx.set_max_operations(0)
+        ctx.reset_operations()
+
+
+def _build_ast(schedule: isl.Schedule, kernel: ir.Kernel, model: PolyModel, deps: Dependences,
+               deterministic: bool):
+    analysis = _LoopAnalysis(kernel, model, deps)
     build = isl.AstBuild.from_context(model.context)
     build, handle = build.set_after_each_for(analysis)
-    ast = build.node_from_schedule(schedule)
+    ast = build.node_from_schedule(_separate_loops(schedule))
     del handle
     if analysis.error is not None:
         raise analysis.error
-    _map_openmp(ast, analysis.loops, split, deterministic)
-    return ScheduledKernel(split, model, deps, schedule, ast, analysis.loops, requirements,
-                           gather_decisions)
+    _map_openmp(ast, analysis.loops, kernel, deterministic)
+    return ast, analysis.loops
+
+
+def _parallel_score(ast: isl.AstNode, loops: dict) -> tuple[int, int]:
+    """(statements under an 'omp parallel for', statements under any loop) of an AST."""
+    parallel, looped = set(), set()
+
+    def walk(node, in_loop, in_parallel):
+        info = loop_info(node, loops)
+        in_loop = in_loop or info is not None
+        in_parallel = in_parallel or (info is not None and info.omp_parallel)
+        if node.get_type() == isl.ast_node_type.user:
+            name = node.user_get_expr().get_op_arg(0).get_id().get_name()
+            if in_loop:
+                looped.add(name)
+            if in_parallel:
+                parallel.add(name)
+        for c in ast_children(node):
+            walk(c, in_loop, in_parallel)
+
+    walk(ast, False, False)
+    return len(parallel), len(looped)
 
 
 def _separate_loops(schedule: isl.Schedule) -> isl.Schedule:

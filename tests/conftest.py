@@ -1,0 +1,43 @@
+"""Shared pytest setup for the polyad test suite.
+
+* ``POLYAD_CACHE_DIR`` points to a fresh per-session directory, set at import
+  time (before any test compiles a kernel) so that the suite never touches the
+  user's compile cache.
+* ``rng`` fixture: a deterministic numpy Generator.
+* ``tests/`` is put on ``sys.path`` so test modules can import the small numpy
+  reference helpers in ``npref.py`` whatever pytest's import mode is.
+"""
+
+import atexit
+import importlib.util
+import os
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+import pytest
+
+_TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
+_REPO_ROOT = os.path.dirname(_TESTS_DIR)
+
+_CACHE_DIR = tempfile.mkdtemp(prefix="polyad-test-cache-")
+os.environ["POLYAD_CACHE_DIR"] = _CACHE_DIR
+atexit.register(shutil.rmtree, _CACHE_DIR, ignore_errors=True)
+
+if _TESTS_DIR not in sys.path:
+    sys.path.insert(0, _TESTS_DIR)
+# Allow running the suite from a plain checkout (package not pip-installed).
+if importlib.util.find_spec("polyad") is None:
+    sys.path.insert(0, _REPO_ROOT)
+
+
+@pytest.fixture
+def rng():
+    return np.random.default_rng(0)
+
+
+@pytest.fixture(scope="session")
+def repo_root():
+    """Root of the checkout (for subprocess tests: put it on PYTHONPATH)."""
+    return _REPO_ROOT

@@ -1,0 +1,181 @@
+"""Kernels built with -fsanitize=address run clean (no out-of-bounds access)
+for every boundary mode, index transforms, dropped writes and a reduction.
+
+An ASan-instrumented shared library only loads into a process that was started
+with the ASan runtime preloaded, so the kernels run in a subprocess.
+"""
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+SCRIPT = textwrap.dedent(
+    '''
+    import numpy as np
+    import polyad as pa
+
+    M, N = pa.sizes("M N")
+    PAD = {"clamped": "edge", "circular": "wrap", "mirror": "reflect", "zero": "constant"}
+
+
+    def shifted(x, offsets, mode):
+        p = max(abs(o) for o in offsets)
+        xp = np.pad(x, p, mode=PAD[mode])
+        return xp[tuple(slice(p + o, p + o + n) for o, n in zip(offsets, x.shape))]
+
+
+    @pa.kernel
+    def st_clamped(x: pa.f64[M, N].clamped, y: pa.Out(pa.f64[M, N])):
+        for m in range(M):
+            for n in range(N):
+                y[m, n] = x[m - 3, n + 3] + 2.0 * x[m + 2, n - 1] - x[m + 3, n - 3]
+
+
+    @pa.kernel
+    def st_circular(x: pa.f64[M, N].circular, y: pa.Out(pa.f64[M, N])):
+        for m in range(M):
+            for n in range(N):
+                y[m, n] = x[m - 3, n + 3] + 2.0 * x[m + 2, n - 1] - x[m + 3, n - 3]
+
+
+    @pa.kernel
+    def st_mirror(x: pa.f64[M, N].mirror, y: pa.Out(pa.f64[M, N])):
+        for m in range(M):
+            for n in range(N):
+                y[m, n] = x[m - 3, n + 3] + 2.0 * x[m + 2, n - 1] - x[m + 3, n - 3]
+
+
+    @pa.kernel
+    def st_zero(x: pa.f64[M, N].zero, y: pa.Out(pa.f64[M, N])):
+        for m in range(M):
+            for n in range(N):
+                y[m, n] = x[m - 3, n + 3] + 2.0 * x[m + 2, n - 1] - x[m + 3, n - 3]
+
+
+    @pa.kernel
+    def st_f32_1d(x: pa.f32[N].mirror, y: pa.Out(pa.f32[N])):
+        for i in range(N):
+            y[i] = x[i - 2] + x[i + 3]
+
+
+    @pa.kernel
+    def transform(x: pa.f64[2 * M + 21, 4 * N], y: pa.Out(pa.f64[M, N])):
+        for m in range(M):
+            for n in range(N):
+                y[m, n] = x[2 * m + 20, 4 * n + 3]
+
+
+    @pa.kernel
+    def drop_writes(x: pa.f64[N], y: pa.Out(pa.f64[N].zero)):
+        for i in range(N):
+            y[i + 2] = x[i]
+
+
+    @pa.kernel
+    def clamp_accumulate(x: pa.f64[N], y: pa.f64[N].clamped):
+        for i in range(N):
+            y[i - 3] += x[i]
+
+
+    @pa.kernel
+    def total(x: pa.f64[M, N]) -> pa.f64:
+        s = 0.0
+        for m in range(M):
+            for n in range(N):
+                s += x[m, n]
+        return s
+
+
+    @pa.kernel
+    def blur_tmp(x: pa.f64[N].clamped, y: pa.Out(pa.f64[N])):
+        t = pa.zeros(pa.f64[N + 2])
+        for i in range(N):
+            t[i + 1] = x[i - 1] + x[i + 1]
+        t[0] = t[1]
+        t[N + 1] = t[N]
+        for i in range(N):
+            y[i] = t[i] + t[i + 2]
+
+
+    def main():
+        rng = np.random.default_rng(1)
+        for shape in [(4, 5), (7, 6)]:
+            x = rng.standard_normal(shape)
+            for mode, k in [("clamped", st_clamped), ("circular", st_circular),
+                            ("mirror", st_mirror), ("zero", st_zero)]:
+                c = pa.compile(k, sanitize="address")
+                ref = (shifted(x, [-3, 3], mode) + 2.0 * shifted(x, [2, -1], mode)
+                       - shifted(x, [3, -3], mode))
+                np.testing.assert_allclose(c(x), ref, rtol=1e-12, atol=1e-12, err_msg=mode)
+            s = pa.compile(total, sanitize="address")(x)
+            assert abs(float(s) - x.sum()) < 1e-10, (s, x.sum())
+
+        x32 = rng.standard_normal(6).astype(np.float32)
+        y32 = pa.compile(st_f32_1d, sanitize="address")(x32)
+        np.testing.assert_allclose(
+            y32, shifted(x32, [-2], "mirror") + shifted(x32, [3], "mirror"), rtol=1e-5)
+
+        xt = rng.standard_normal((2 * 3 + 21, 4 * 5))
+        np.testing.assert_array_equal(
+            pa.compile(transform, sanitize="address")(xt), xt[20:25:2, 3::4])
+
+        x1 = rng.standard_normal(7)
+        y1 = np.zeros(7)
+        pa.compile(drop_writes, sanitize="address")(x1, y1)
+        np.testing.assert_array_equal(y1, np.concatenate([[0.0, 0.0], x1[:5]]))
+
+        y2 = np.zeros(7)
+        pa.compile(clamp_accumulate, sanitize="address")(x1, y2)
+        ref2 = np.zeros(7)
+        ref2[0] = x1[:4].sum()
+        ref2[1:4] = x1[4:]
+        np.testing.assert_allclose(y2, ref2, rtol=1e-12, atol=1e-12)
+
+        t = shifted(x1, [-1], "clamped") + shifted(x1, [1], "clamped")
+        np.testing.assert_allclose(
+            pa.compile(blur_tmp, sanitize="address")(x1),
+            shifted(t, [-1], "clamped") + shifted(t, [1], "clamped"), rtol=1e-12)
+        print("ASAN-SCRIPT-OK")
+
+
+    if __name__ == "__main__":
+        main()
+    '''
+)
+
+
+def _libasan():
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        return None
+    path = subprocess.run([gcc, "-print-file-name=libasan.so"], capture_output=True,
+                          text=True).stdout.strip()
+    return path if os.path.isabs(path) and os.path.exists(path) else None
+
+
+def test_asan_kernels_clean(tmp_path, repo_root):
+    libasan = _libasan()
+    if libasan is None:
+        pytest.skip("gcc with libasan not available")
+    script = tmp_path / "asan_kernels.py"
+    script.write_text(SCRIPT)
+    env = dict(os.environ)
+    env["LD_PRELOAD"] = libasan
+    env["ASAN_OPTIONS"] = "detect_leaks=0"
+    env["PYTHONPATH"] = os.pathsep.join([repo_root] + [p for p in [env.get("PYTHONPATH")] if p])
+    env["POLYAD_CACHE_DIR"] = str(tmp_path / "cache")
+    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
+                          text=True, timeout=600, cwd=str(tmp_path))
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out
+    assert "AddressSanitizer" not in out, out
+    assert "ASAN-SCRIPT-OK" in proc.stdout, out
+    # where the cache holds shared libraries, the sanitized ones are instrumented
+    libs = [os.path.join(r, f) for r, _, fs in os.walk(tmp_path / "cache") for f in fs
+            if f.endswith(".so")]
+    if libs:
+        assert any(b"__asan" in open(p, "rb").read() for p in libs), libs
