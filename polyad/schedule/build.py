@@ -9,7 +9,7 @@ import islpy as isl
 
 from .. import ir
 from ..ir import Load, ScalarRef
-from .gather import scatter_to_gather
+from .gather import ascending_order_free_nests, scatter_to_gather
 from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, dependences,
                     split_boundary_pieces)
 
@@ -296,7 +296,7 @@ def schedule_kernel(kernel: ir.Kernel, deterministic: bool = False) -> Scheduled
     ``deterministic=True`` keeps loops sequential where the parallel form would
     reorder floating-point sums (see ``_map_openmp``).
     """
-    split = split_boundary_pieces(kernel)
+    split = ascending_order_free_nests(split_boundary_pieces(kernel))
     split, gather_decisions = scatter_to_gather(split, PolyModel(split))
     model = PolyModel(split)
     requirements: list[SizeRequirement] = check_bounds(split, model)

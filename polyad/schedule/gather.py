@@ -47,7 +47,9 @@ def _is_identity_write(st: ir.Statement) -> bool:
 
 def _legal(st: ir.Statement, nest: list) -> str:
     """Empty if re-ordering ``st``'s instances is safe inside its nest, else why not."""
-    target = st.target.array
+    if st.op not in ("+=", "-="):
+        return f"it assigns with '{st.op}'"
+    target = _written(st)
     for other in nest:
         if _written(other) == target and other.op not in ("+=", "-="):
             return f"{target!r} is also assigned in the loop nest (line {other.line})"
@@ -67,6 +69,43 @@ def _reads_inside(st: ir.Statement, var: str) -> bool:
             if isinstance(x, Load) and x.array == var or isinstance(x, ScalarRef) and x.name == var:
                 return True
     return False
+
+
+def _ascending(lp: Loop) -> Loop:
+    """The same iterations as ``lp``, visited in increasing order."""
+    if lp.step > 0:
+        return lp
+    s = -lp.step
+    i64 = ir.i64
+    one = ir.Const(1, i64)
+    span = ir.Binary("-", ir.Binary("-", lp.lo, lp.hi, i64), one, i64)
+    first = lp.lo if s == 1 else ir.Binary(
+        "-", lp.lo, ir.Binary("*", ir.Const(s, i64), ir.Binary("//", span, ir.Const(s, i64), i64),
+                              i64), i64)
+    lo = ir.Binary("+", lp.hi, one, i64) if s == 1 else first
+    return Loop(lp.var, ir.fold_integer_constants(lo),
+                ir.fold_integer_constants(ir.Binary("+", lp.lo, one, i64)), s)
+
+
+def ascending_order_free_nests(kernel: ir.Kernel) -> ir.Kernel:
+    """Run loop nests made only of order-free updates (sums) in ascending order.
+
+    Reverse-mode AD runs adjoint loops backwards; when every statement of a
+    nest only adds into a target nothing else in the nest reads, the order
+    does not matter, and ascending loops give unit-stride, vectorizable code.
+    """
+    nests: dict[int, list] = {}
+    for st in kernel.statements:
+        if st.loops:
+            nests.setdefault(st.position[0], []).append(st)
+    free = {pos for pos, nest in nests.items()
+            if any(lp.step < 0 for st in nest for lp in st.loops)
+            and all(not _legal(st, nest) for st in nest)}
+    if not free:
+        return kernel
+    out = [dataclasses.replace(st, loops=tuple(_ascending(lp) for lp in st.loops))
+           if st.loops and st.position[0] in free else st for st in kernel.statements]
+    return dataclasses.replace(kernel, statements=tuple(out))
 
 
 def scatter_to_gather(kernel: ir.Kernel, model: PolyModel) -> tuple[ir.Kernel, dict[str, str]]:
