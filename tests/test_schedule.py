@@ -224,3 +224,19 @@ def test_scheduler_quota_falls_back_to_program_order(monkeypatch):
     assert "gave up" in sk.schedule_origin
     from polyad.emit.c_openmp import emit_openmp
     assert "omp parallel" not in emit_openmp(sk)  # the program order, sequential
+
+
+@pa.kernel
+def five_channels(x: pa.f64[5, N], y: pa.Out(pa.f64[5, N])):
+    for c in range(5):
+        for i in range(N):
+            y[c, i] = 2.0 * x[c, i]
+
+
+def test_loops_with_few_iterations_get_no_thread_team():
+    sk = schedule_kernel(five_channels.ir)
+    by_depth = sorted(sk.loops.values(), key=lambda info: info.depth)
+    assert by_depth[0].small and not by_depth[0].omp_parallel
+    assert by_depth[1].omp_parallel and not by_depth[1].small
+    x = np.random.default_rng(5).random((5, 8))
+    np.testing.assert_allclose(five_channels(x), 2.0 * x)

@@ -15,6 +15,11 @@ from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, depen
 
 _REDUCTION_OPS = {"+=": "+", "-=": "+", "*=": "*"}
 
+# Loops with at most this many iterations, whatever the sizes (filter taps,
+# channels of a fixed-size layer), are never made 'omp parallel for': a thread
+# team costs more than they do.
+SMALL_LOOP = 64
+
 
 @dataclass
 class LoopInfo:
@@ -42,6 +47,7 @@ class LoopInfo:
     # decided by the mapping pass
     omp_parallel: bool = False
     simd: bool = False
+    small: bool = False
     mapping: str = ""
 
 
@@ -132,6 +138,17 @@ class _LoopAnalysis:
         cond = isl.UnionSet.read_from_str(self.model.ctx, f"{{ [{zeros}] : x != 0 }}")
         return not t.deltas().intersect(cond).is_empty()
 
+    def small_trip_count(self, sched: isl.UnionMap, depth: int) -> bool:
+        """True if the loop runs at most SMALL_LOOP iterations whatever the sizes."""
+        rng = isl.Set.from_union_set(sched.range()).project_out(isl.dim_type.set, 0, depth)
+        extent = isl.Map.from_domain_and_range(rng, rng).deltas()
+        n = extent.dim(isl.dim_type.param)
+        extent = extent.move_dims(isl.dim_type.set, 1, isl.dim_type.param, 0, n) \
+            .project_out(isl.dim_type.set, 1, n)
+        limit = isl.Set.read_from_str(self.model.ctx,
+                                      f"{{ [x] : -{SMALL_LOOP} <= x <= {SMALL_LOOP} }}")
+        return extent.is_subset(limit)
+
     def __call__(self, node: isl.AstNode, build: isl.AstBuild) -> isl.AstNode:
         try:
             return self.analyse(node, build)
@@ -180,6 +197,7 @@ class _LoopAnalysis:
             reasons.append(f"{var!r} has loop-carried {'/'.join(kinds)} dependences")
         info.parallel = not reasons
         info.carried = any_carried
+        info.small = self.small_trip_count(sched, depth)
         info.reason = "; ".join(reasons)
         key = f"loop{len(self.loops)}"
         self.loops[key] = info
@@ -262,6 +280,8 @@ def _map_openmp(node: isl.AstNode, loops: dict, kernel: ir.Kernel, deterministic
     order = _order_dependent(info, kernel) if info is not None and deterministic else ""
     if info is not None and info.parallel and order:
         info.mapping = f"left sequential (deterministic=True): parallel form reorders {order}"
+    elif info is not None and info.parallel and info.small:
+        info.mapping = f"left sequential: at most {SMALL_LOOP} iterations, too few for threads"
     elif info is not None and info.parallel:
         if inside_parallel:
             info.mapping = "runs inside an enclosing 'omp parallel for' loop"
@@ -285,7 +305,7 @@ def _map_openmp(node: isl.AstNode, loops: dict, kernel: ir.Kernel, deterministic
 
 def _has_clean_parallel(node: isl.AstNode, loops: dict) -> bool:
     info = loop_info(node, loops)
-    if info is not None and info.parallel and not info.atomic:
+    if info is not None and info.parallel and not info.atomic and not info.small:
         return True
     return any(_has_clean_parallel(c, loops) for c in ast_children(node))
 
