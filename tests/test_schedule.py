@@ -240,3 +240,21 @@ def test_loops_with_few_iterations_get_no_thread_team():
     assert by_depth[1].omp_parallel and not by_depth[1].small
     x = np.random.default_rng(5).random((5, 8))
     np.testing.assert_allclose(five_channels(x), 2.0 * x)
+
+
+@pa.kernel
+def with_dead_temporary(x: pa.f64[N], y: pa.Out(pa.f64[N])):
+    t = pa.zeros(pa.f64[N])
+    u = 0.0
+    for i in range(N):
+        t[i] = pa.exp(x[i])  # never read: dead
+        u += x[i]  # never read: dead
+        y[i] = 2.0 * x[i]
+
+
+def test_dead_statements_are_removed():
+    sk = schedule_kernel(with_dead_temporary.ir)
+    assert set(sk.removed_statements) == {"S0", "S1", "S2"}  # u = 0.0 as well
+    assert "exp(" not in with_dead_temporary.source
+    x = np.random.default_rng(6).random(7)
+    np.testing.assert_allclose(with_dead_temporary(x), 2.0 * x)

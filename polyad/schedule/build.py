@@ -9,6 +9,7 @@ import islpy as isl
 
 from .. import ir
 from ..ir import Load, ScalarRef
+from .cleanup import remove_dead_statements
 from .gather import ascending_order_free_nests, scatter_to_gather
 from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, dependences,
                     split_boundary_pieces)
@@ -64,6 +65,7 @@ class ScheduledKernel:
     requirements: list
     gather_decisions: dict = field(default_factory=dict)
     schedule_origin: str = "program order"
+    removed_statements: tuple = ()
 
     def statement(self, name: str) -> ir.Statement:
         return self._by_name[name]
@@ -316,7 +318,8 @@ def schedule_kernel(kernel: ir.Kernel, deterministic: bool = False) -> Scheduled
     ``deterministic=True`` keeps loops sequential where the parallel form would
     reorder floating-point sums (see ``_map_openmp``).
     """
-    split = ascending_order_free_nests(split_boundary_pieces(kernel))
+    split, dead = remove_dead_statements(split_boundary_pieces(kernel))
+    split = ascending_order_free_nests(split)
     split, gather_decisions = scatter_to_gather(split, PolyModel(split))
     model = PolyModel(split)
     requirements: list[SizeRequirement] = check_bounds(split, model)
@@ -337,7 +340,7 @@ def schedule_kernel(kernel: ir.Kernel, deterministic: bool = False) -> Scheduled
             else:
                 origin = "program order (the ISL schedule is not more parallel)"
     return ScheduledKernel(split, model, deps, schedule, ast, loops, requirements,
-                           gather_decisions, origin)
+                           gather_decisions, origin, dead)
 
 
 def _program_order_schedule(model: PolyModel) -> isl.Schedule:
