@@ -557,6 +557,11 @@ def fold_integer_constants(e: Expr) -> Expr:
                 return b
             if x.op in ("+", "-") and is_int(b) and b.value < 0:
                 return Binary("-" if x.op == "+" else "+", a, Const(-b.value, b.dtype), x.dtype)
+            if (x.op in ("+", "-") and isinstance(b, Binary) and b.op == "*" and is_int(b.a)
+                    and b.a.value < 0):  # a + (-2 * i)  ->  a - 2 * i
+                pos = b.b if b.a.value == -1 else Binary("*", Const(-b.a.value, b.a.dtype), b.b,
+                                                         b.dtype)
+                return Binary("-" if x.op == "+" else "+", a, pos, x.dtype)
         return None
 
     return map_expr(e, fn)
@@ -565,3 +570,14 @@ def fold_integer_constants(e: Expr) -> Expr:
 def substitute(e: Expr, values: dict) -> Expr:
     """Replace loop variables by expressions (``values``: name -> Expr)."""
     return map_expr(e, lambda x: values.get(x.name) if isinstance(x, LoopVar) else None)
+
+
+def substitute_sizes(e: Expr, sizes: dict) -> Expr:
+    """Replace size variables by expressions (``sizes``: name -> Expr)."""
+    return map_expr(e, lambda x: sizes.get(x.name) if isinstance(x, SizeVar) else None)
+
+
+def walk_many(exprs) -> Iterator[Expr]:
+    """All nodes of several expressions."""
+    for e in exprs:
+        yield from walk(e)

@@ -544,12 +544,21 @@ def _basic_sets(s: isl.Set) -> list:
     return out
 
 
-def inverse_pieces(access: isl.Map) -> Optional[list[tuple[isl.Set, list[isl.Aff]]]]:
-    """For an injective access ``S[i] -> A[j]``: pieces (set of j, [i_k as Aff of j]).
+def inverse_pieces(access: isl.Map, keep: tuple[int, ...] = ()
+                   ) -> Optional[list[tuple[isl.Set, list[isl.Aff]]]]:
+    """Invert ``S[i] -> A[j]`` extended by the iteration dims ``keep``: ``S[i] -> [j, i_keep]``.
 
-    Returns None when the access is not injective (several iterations write
-    the same element), i.e. when it cannot become a gather.
+    Returns pieces (set of ``[j, i_keep]``, [each ``i_k`` as an Aff of them]),
+    or None when that map is not injective (several iterations would write
+    the same element for the same kept dims), i.e. no gather exists.
     """
+    if keep:
+        proj = access.domain().identity()
+        n = proj.dim(isl.dim_type.out)
+        for k in reversed(range(n)):
+            if k not in keep:
+                proj = proj.project_out(isl.dim_type.out, k, 1)
+        access = access.range_product(proj).flatten_range()
     if not access.is_injective():
         return None
     pma = isl.PwMultiAff.from_map(access.reverse())

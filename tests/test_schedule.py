@@ -258,3 +258,31 @@ def test_dead_statements_are_removed():
     assert "exp(" not in with_dead_temporary.source
     x = np.random.default_rng(6).random(7)
     np.testing.assert_allclose(with_dead_temporary(x), 2.0 * x)
+
+
+@pa.kernel
+def conv_adjoint(r: pa.f64[M, N], f: pa.f64[5], dx: pa.Out(pa.f64[M, N].clamped),
+                 df: pa.Out(pa.f64[5])):
+    for m in range(M):
+        for n in range(N):
+            dx[m, n] = 0.0
+    for k in range(5):
+        df[k] = 0.0
+    for m in range(M):
+        for n in range(N):
+            for k in range(5):
+                dx[m, n + k - 2] += r[m, n] * f[k]
+                df[k] += r[m, n] * f[k]
+
+
+def test_scatter_with_more_loops_than_target_dims_gathers_with_an_inner_sum():
+    sk, gathered, atomic, privatized, _ = _strategies(conv_adjoint)
+    assert sk.gather_decisions["S2_0"] == "gather"  # the interior: for each (m, j), sum over k
+    assert privatized == {"df"} and not atomic
+    assert "atomic" not in conv_adjoint.source
+    rng = np.random.default_rng(7)
+    r, f = rng.standard_normal((6, 9)), rng.standard_normal(5)
+    dx, df = conv_adjoint(r, f)
+    _, want = interpret(conv_adjoint.ir, dict(r=r, f=f), dict(M=6, N=9))
+    np.testing.assert_allclose(dx, want["dx"], rtol=1e-12)
+    np.testing.assert_allclose(df, want["df"], rtol=1e-12)

@@ -10,7 +10,7 @@ import islpy as isl
 from .. import ir
 from ..ir import Load, ScalarRef
 from .cleanup import remove_dead_statements
-from .gather import ascending_order_free_nests, scatter_to_gather
+from .gather import ascending_order_free_nests, scatter_to_gather, small_target
 from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, dependences,
                     split_boundary_pieces)
 
@@ -178,7 +178,7 @@ class _LoopAnalysis:
             if any(carried.values()) and len(ops) == 1 and None not in ops:
                 if var in self.locals:
                     info.reductions[var] = ops.pop()
-                elif ops == {"+"} and _small_target(self.kernel, var, users):
+                elif ops == {"+"} and small_target(self.kernel, var, users):
                     info.privatized[var] = _flat_size(self.kernel.array_type(var))
                 elif ops == {"+"}:
                     info.atomic |= frozenset(s.name for s in users)
@@ -204,22 +204,6 @@ class _LoopAnalysis:
         key = f"loop{len(self.loops)}"
         self.loops[key] = info
         return node.set_annotation(isl.Id(key, context=self.model.ctx))
-
-
-def _sizes_in(exprs) -> set:
-    return {x.name for e in exprs for x in ir.walk(e) if isinstance(x, ir.SizeVar)}
-
-
-def _small_target(kernel: ir.Kernel, var: str, users: list) -> bool:
-    """A scatter target is 'small' when its extents use strictly fewer sizes than its loops.
-
-    E.g. ``d_f[k] += ...`` inside loops over M, N and K: each element receives
-    M*N contributions, so per-thread private copies are cheap to combine and
-    far cheaper than M*N*K atomics; ``dx[i - 1] += ...`` over i < N is not.
-    """
-    extents = _sizes_in(kernel.array_type(var).shape)
-    loops = _sizes_in([b for st in users for lp in st.loops for b in (lp.lo, lp.hi)])
-    return extents < loops
 
 
 def _flat_size(at: ir.ArrayType) -> ir.Expr:

@@ -19,6 +19,7 @@ statement reads is written there.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 
 from .. import ir
 from ..ir import Condition, Load, Loop, LoopVar, ScalarRef
@@ -108,6 +109,62 @@ def ascending_order_free_nests(kernel: ir.Kernel) -> ir.Kernel:
     return dataclasses.replace(kernel, statements=tuple(out))
 
 
+def _invert(st: ir.Statement, at: ir.ArrayType, model: PolyModel):
+    """(free loop indices, inverse pieces) for a gather form of ``st``, or None.
+
+    With as many loops as target dimensions the access itself must be
+    injective. With more loops, some loops stay as inner "free" loops of the
+    gather (``d_x[m, n + k - 2] += ...`` over m, n, k becomes, for each
+    element (m, j), a sum over k): the innermost choice that makes the access
+    plus the free loops injective wins. Free loops must have bounds that do
+    not depend on other loops.
+    """
+    depth, ndim = len(st.loops), at.ndim
+    if ndim > depth:
+        return None
+    access = model.access_map(st, st.target)
+    for free in itertools.combinations(reversed(range(depth)), depth - ndim):
+        free = tuple(sorted(free))
+        if any(isinstance(x, LoopVar) for k in free
+               for b in (st.loops[k].lo, st.loops[k].hi) for x in ir.walk(b)):
+            continue
+        pieces = inverse_pieces(access, free)
+        if pieces is not None:
+            return free, pieces
+    return None
+
+
+def _target_dim_names(st: ir.Statement, free: tuple) -> list[str]:
+    """Loop variable names for the target's dimensions: the one original loop
+    variable an index uses when there is one, else ``j<dim>``."""
+    taken = {st.loops[k].var for k in free}
+    names = []
+    for d, e in enumerate(st.target.index):
+        used = [x.name for x in ir.walk(e) if isinstance(x, LoopVar)]
+        name = used[0] if len(set(used)) == 1 and used[0] not in taken else f"j{d}"
+        while name in taken:
+            name = "_" + name
+        taken.add(name)
+        names.append(name)
+    return names
+
+
+def _sizes_in(exprs) -> set:
+    return {x.name for e in exprs for x in ir.walk(e) if isinstance(x, ir.SizeVar)}
+
+
+def small_target(kernel: ir.Kernel, var: str, users: list) -> bool:
+    """A scatter target is 'small' when its extents use strictly fewer sizes than its loops.
+
+    E.g. ``d_f[k] += ...`` inside loops over M, N and K: each element receives
+    M*N contributions, so per-thread private copies are cheap to combine and
+    far cheaper than M*N*K atomics; ``dx[i - 1] += ...`` over i < N is not.
+    """
+    extents = _sizes_in(kernel.array_type(var).shape)
+    loops = _sizes_in([b for st in users for lp in st.loops for b in (lp.lo, lp.hi)])
+    return extents < loops
+
+
 def scatter_to_gather(kernel: ir.Kernel, model: PolyModel) -> tuple[ir.Kernel, dict[str, str]]:
     """Rewrite injective ``+=`` scatters as gathers.
 
@@ -128,26 +185,28 @@ def scatter_to_gather(kernel: ir.Kernel, model: PolyModel) -> tuple[ir.Kernel, d
             out.append(st)
             continue
         at = kernel.array_type(t.array)
-        why = ""
-        if at.ndim != len(st.loops):
-            why = f"{t.array!r} has {at.ndim} dimension(s) but the statement {len(st.loops)} loop(s)"
-        else:
-            why = _legal(st, nests[st.position[0]])
-        pieces = None
+        why = _legal(st, nests[st.position[0]])
+        if not why and at.ndim < len(st.loops) and small_target(kernel, t.array, [st]):
+            why = f"{t.array!r} is small next to the loops: per-thread copies are cheaper"
+        found = None
         if not why:
-            pieces = inverse_pieces(model.access_map(st, t))
-            if pieces is None:
+            found = _invert(st, at, model)
+            if found is None:
                 why = f"several iterations write the same element of {t.array!r}"
         if why:
             decisions[st.name] = "scatter: " + why
             out.append(st)
             continue
-        names = list(st.loop_vars)
+        free, pieces = found
+        names = _target_dim_names(st, free)
         loops = tuple(Loop(v, ir.Const(0, ir.i64), ext, 1) for v, ext in zip(names, at.shape))
+        loops += tuple(st.loops[k] for k in free)
         new_target = Load(t.array, tuple(LoopVar(v) for v in names), t.dtype)
+        all_names = names + [st.loops[k].var for k in free]
         for k, (piece_set, affs) in enumerate(pieces):
-            values = {old: aff_to_expr(a, names, params) for old, a in zip(names, affs)}
-            cond = set_to_condition(piece_set, names, params)
+            values = {lp.var: aff_to_expr(a, all_names, params)
+                      for lp, a in zip(st.loops, affs)}
+            cond = set_to_condition(piece_set, all_names, params)
             out.append(dataclasses.replace(
                 st, name=st.name if len(pieces) == 1 else f"{st.name}_g{k}", loops=loops,
                 conditions=(Condition(cond),), target=new_target,
