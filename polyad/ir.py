@@ -555,6 +555,13 @@ def fold_integer_constants(e: Expr) -> Expr:
                 return a
             if x.op == "+" and is_int(a, 0):
                 return b
+            if (x.op in ("+", "-") and is_int(b) and isinstance(a, Binary)
+                    and a.op in ("+", "-") and is_int(a.b)):  # (e - 1) + 1  ->  e
+                inner = a.b.value if a.op == "+" else -a.b.value
+                total = inner + (b.value if x.op == "+" else -b.value)
+                if total == 0:
+                    return a.a
+                return Binary("+" if total > 0 else "-", a.a, Const(abs(total), b.dtype), x.dtype)
             if x.op in ("+", "-") and is_int(b) and b.value < 0:
                 return Binary("-" if x.op == "+" else "+", a, Const(-b.value, b.dtype), x.dtype)
             if (x.op in ("+", "-") and isinstance(b, Binary) and b.op == "*" and is_int(b.a)

@@ -286,3 +286,30 @@ def test_scatter_with_more_loops_than_target_dims_gathers_with_an_inner_sum():
     _, want = interpret(conv_adjoint.ir, dict(r=r, f=f), dict(M=6, N=9))
     np.testing.assert_allclose(dx, want["dx"], rtol=1e-12)
     np.testing.assert_allclose(df, want["df"], rtol=1e-12)
+
+
+@pa.kernel
+def deconvolution_cost(x: pa.f64[M, N].clamped, y: pa.f64[M, N], f: pa.f64[5]) -> pa.f64:
+    C = 0.0
+    for m in range(M):
+        for n in range(N):
+            s = 0.0
+            for k in range(5):
+                s += f[k] * x[m, n + k - 2]
+            C += (s - y[m, n]) ** 2
+    return C
+
+
+def test_deconvolution_gradient_is_expanded_distributed_and_gathered():
+    g = pa.grad(deconvolution_cost, wrt=["x", "f"])
+    sk = schedule_kernel(g.ir)
+    assert any(d.startswith("expanded") for d in sk.expansions.values()), sk.expansions
+    assert "gather" in sk.gather_decisions.values()
+    assert "atomic" not in g.source
+    assert "reduction(+:d_f[0:5])" in g.source  # the filter gradient: privatized
+    rng = np.random.default_rng(8)
+    x, y, f = rng.standard_normal((6, 9)), rng.standard_normal((6, 9)), rng.standard_normal(5)
+    dx, df = g(x, y, f)
+    _, want = interpret(g.ir, dict(x=x, y=y, f=f), dict(M=6, N=9))
+    np.testing.assert_allclose(dx, want["d_x"], rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(df, want["d_f"], rtol=1e-12, atol=1e-12)

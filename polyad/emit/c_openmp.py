@@ -248,8 +248,10 @@ class _Emitter:
         funcs = []
         for f in k.funcs:
             funcs += self.func_source(f) + [""]
+        used = _used_scalars(k)
         for n, dt in k.locals:
-            self.out("  ", f"{dt.c_type} {self.names[n]} = 0;")
+            if n in used:
+                self.out("  ", f"{dt.c_type} {self.names[n]} = 0;")
         self.walk(self.sk.ast, "  ", {}, frozenset())
         if k.result is not None:
             self.out("  ", f"*{cname(k.result[0])}_out = {self.names[k.result[0]]};")
@@ -268,6 +270,16 @@ class _Emitter:
 
 def _subst(e: ir.Expr, values: dict) -> ir.Expr:
     return ir.fold_integer_constants(ir.substitute(e, values))
+
+
+def _used_scalars(k: ir.Kernel) -> set:
+    """Locals some statement still reads or writes (transformations may drop others)."""
+    used = {k.result[0]} if k.result is not None else set()
+    for st in k.statements:
+        used |= st.scalar_reads()
+        if isinstance(st.target, ir.ScalarRef):
+            used.add(st.target.name)
+    return used
 
 
 def emit_openmp(sk: ScheduledKernel) -> str:

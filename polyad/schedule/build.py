@@ -10,6 +10,7 @@ import islpy as isl
 from .. import ir
 from ..ir import Load, ScalarRef
 from .cleanup import remove_dead_statements
+from .distribute import expand_and_distribute
 from .gather import ascending_order_free_nests, scatter_to_gather, small_target
 from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, dependences,
                     split_boundary_pieces)
@@ -66,6 +67,7 @@ class ScheduledKernel:
     gather_decisions: dict = field(default_factory=dict)
     schedule_origin: str = "program order"
     removed_statements: tuple = ()
+    expansions: dict = field(default_factory=dict)
 
     def statement(self, name: str) -> ir.Statement:
         return self._by_name[name]
@@ -303,6 +305,7 @@ def schedule_kernel(kernel: ir.Kernel, deterministic: bool = False) -> Scheduled
     reorder floating-point sums (see ``_map_openmp``).
     """
     split, dead = remove_dead_statements(split_boundary_pieces(kernel))
+    split, expansions = expand_and_distribute(split)
     split = ascending_order_free_nests(split)
     split, gather_decisions = scatter_to_gather(split, PolyModel(split))
     model = PolyModel(split)
@@ -324,7 +327,7 @@ def schedule_kernel(kernel: ir.Kernel, deterministic: bool = False) -> Scheduled
             else:
                 origin = "program order (the ISL schedule is not more parallel)"
     return ScheduledKernel(split, model, deps, schedule, ast, loops, requirements,
-                           gather_decisions, origin, dead)
+                           gather_decisions, origin, dead, expansions)
 
 
 def _program_order_schedule(model: PolyModel) -> isl.Schedule:

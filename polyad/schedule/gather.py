@@ -21,9 +21,12 @@ from __future__ import annotations
 import dataclasses
 import itertools
 
+import islpy as isl
+
 from .. import ir
 from ..ir import Condition, Load, Loop, LoopVar, ScalarRef
-from ..poly import PolyModel, aff_to_expr, inverse_pieces, param_exprs, set_to_condition
+from ..poly import (PolyModel, aff_to_expr, dependences, inverse_pieces, param_exprs,
+                    set_to_condition)
 
 
 def _written(st: ir.Statement) -> str:
@@ -88,24 +91,76 @@ def _ascending(lp: Loop) -> Loop:
                 ir.fold_integer_constants(ir.Binary("+", lp.lo, one, i64)), s)
 
 
-def ascending_order_free_nests(kernel: ir.Kernel) -> ir.Kernel:
-    """Run loop nests made only of order-free updates (sums) in ascending order.
+def _common_depth(nest: list) -> int:
+    """How many outer loops (same loop, same position) all statements of a nest share."""
+    c, first = 0, nest[0]
+    while all(len(st.loops) > c and st.loops[c] == first.loops[c]
+              and st.position[:c + 1] == first.position[:c + 1] for st in nest):
+        c += 1
+    return c
 
-    Reverse-mode AD runs adjoint loops backwards; when every statement of a
-    nest only adds into a target nothing else in the nest reads, the order
-    does not matter, and ascending loops give unit-stride, vectorizable code.
+
+def _independent_iterations(nest: list, c: int, deps, locals_: set) -> bool:
+    """True if the c shared loops carry no flow dependence and no array anti/output one.
+
+    (Anti and output dependences on scalars are then only reuse of a private
+    temporary, which any iteration order respects.)
+    """
+    names = {st.name for st in nest}
+    for kind in ("flow", "anti", "output"):
+        for var, umap in getattr(deps, kind).items():
+            if kind != "flow" and var in locals_:
+                continue
+            maps = []
+            umap.foreach_map(maps.append)
+            for m in maps:
+                if m.get_tuple_name(isl.dim_type.in_) not in names or \
+                        m.get_tuple_name(isl.dim_type.out) not in names:
+                    continue
+                same = m
+                for k in range(c):
+                    same = same.equate(isl.dim_type.in_, k, isl.dim_type.out, k)
+                if not m.is_subset(same):
+                    return False
+    return True
+
+
+def ascending_order_free_nests(kernel: ir.Kernel) -> ir.Kernel:
+    """Run backward loop nests in ascending order where the order cannot matter.
+
+    Reverse-mode AD runs adjoint loops backwards. When every statement of a
+    nest only adds into a target nothing else in the nest reads (sums), all
+    its loops may run forwards; when the nest's shared outer loops carry no
+    dependence (independent iterations), those loops may. Ascending loops give
+    unit-stride, vectorizable code.
     """
     nests: dict[int, list] = {}
     for st in kernel.statements:
         if st.loops:
             nests.setdefault(st.position[0], []).append(st)
-    free = {pos for pos, nest in nests.items()
-            if any(lp.step < 0 for st in nest for lp in st.loops)
-            and all(not _legal(st, nest) for st in nest)}
-    if not free:
+    flip: dict[int, int] = {}  # nest position -> how many outer loops to flip
+    deps = None
+    locals_ = set(dict(kernel.locals))
+    for pos, nest in nests.items():
+        if not any(lp.step < 0 for st in nest for lp in st.loops):
+            continue
+        if all(not _legal(st, nest) for st in nest):
+            flip[pos] = max(len(st.loops) for st in nest)
+            continue
+        c = _common_depth(nest)
+        if c:
+            deps = deps or dependences(PolyModel(kernel))
+            if _independent_iterations(nest, c, deps, locals_):
+                flip[pos] = c
+    if not flip:
         return kernel
-    out = [dataclasses.replace(st, loops=tuple(_ascending(lp) for lp in st.loops))
-           if st.loops and st.position[0] in free else st for st in kernel.statements]
+    out = []
+    for st in kernel.statements:
+        if st.loops and st.position[0] in flip:
+            n = flip[st.position[0]]
+            st = dataclasses.replace(st, loops=tuple(_ascending(lp) if k < n else lp
+                                                     for k, lp in enumerate(st.loops)))
+        out.append(st)
     return dataclasses.replace(kernel, statements=tuple(out))
 
 

@@ -1,0 +1,183 @@
+"""Scalar expansion + loop distribution, so that scatters can become gathers.
+
+The adjoint of a convolution-like cost reads, in one loop nest,
+
+    for m, n:  s = ...; d_s = ...;  for k: d_x[m, n + k - 2] += d_s * f[k]
+
+The scatter cannot be re-indexed in place: it reads ``d_s``, which the same
+nest writes. When ``d_s`` carries no value from one (m, n) iteration to
+another, it can live in an array ``d_s_expanded[m, n]`` instead, and the
+scatters can then run in a nest of their own after the first one:
+
+    for m, n:  s = ...; d_s_expanded[m, n] = ...
+    for m, n, k:  d_x[m, n + k - 2] += d_s_expanded[m, n] * f[k]
+
+where ``scatter_to_gather`` turns them into the gather a careful engineer
+writes (``d_x[m, j] = sum_k f[k] * d_s_expanded[m, j - k + 2]``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import islpy as isl
+
+from .. import ir
+from ..ir import Load, LoopVar, ScalarRef
+from ..poly import Dependences, PolyModel, dependences
+
+
+def _common_loops(nest: list) -> int:
+    """How many outer loops (same variables, same bounds, same positions) all statements share."""
+    c = 0
+    first = nest[0]
+    while all(len(st.loops) > c and st.loops[c] == first.loops[c]
+              and st.position[:c + 1] == first.position[:c + 1] for st in nest):
+        c += 1
+    return c
+
+
+def _scalar_reads(st: ir.Statement) -> set[str]:
+    names = set()
+    for e in st.exprs():
+        names |= {x.name for x in ir.walk(e) if isinstance(x, ScalarRef)}
+    return names
+
+
+def _target(st: ir.Statement) -> str:
+    return st.target.array if isinstance(st.target, Load) else st.target.name
+
+
+def _maps(umap: isl.UnionMap) -> list:
+    out = []
+    umap.foreach_map(out.append)
+    return out
+
+
+def _private_to_iterations(var: str, names: set, c: int, deps: Dependences) -> bool:
+    """No value of ``var`` flows into, out of, or across the c outer iterations of the nest."""
+    if var not in deps.flow:
+        return True
+    for m in _maps(deps.flow[var]):
+        src = m.get_tuple_name(isl.dim_type.in_)
+        dst = m.get_tuple_name(isl.dim_type.out)
+        if (src in names) != (dst in names):
+            return False  # flows into the nest from before it, or out of it
+        if src in names:
+            same = m
+            for k in range(c):
+                same = same.equate(isl.dim_type.in_, k, isl.dim_type.out, k)
+            if not m.is_subset(same):
+                return False
+    return True
+
+
+def _expansion_shape(loops) -> tuple | None:
+    """Extents of an array indexed by the loop variables, or None if not rectangular from 0."""
+    shape = []
+    for lp in loops:
+        for b in (lp.lo, lp.hi):
+            if any(isinstance(x, LoopVar) for x in ir.walk(b)):
+                return None
+        if lp.step > 0 and isinstance(lp.lo, ir.Const) and lp.lo.value >= 0:
+            shape.append(lp.hi)
+        elif lp.step < 0 and isinstance(lp.hi, ir.Const) and lp.hi.value >= -1:
+            shape.append(ir.fold_integer_constants(
+                ir.Binary("+", lp.lo, ir.Const(1, ir.i64), ir.i64)))
+        else:
+            return None
+    return tuple(shape)
+
+
+def expand_and_distribute(kernel: ir.Kernel) -> tuple[ir.Kernel, dict[str, str]]:
+    """Move ``+=`` scatters that read nest-local scalars into a nest of their own.
+
+    Returns the new kernel and decisions (scalar -> what happened to it).
+    """
+    nests: dict[int, list] = {}
+    for st in kernel.statements:
+        if st.loops:
+            nests.setdefault(st.position[0], []).append(st)
+    locals_ = dict(kernel.locals)
+    result = kernel.result[0] if kernel.result else None
+    decisions: dict[str, str] = {}
+    deps = None
+    for pos in sorted(nests, reverse=True):  # later nests first: positions shift behind us
+        nest = [st for st in kernel.statements if st.loops and st.position[0] == pos]
+        written_scalars = {st.target.name for st in nest if isinstance(st.target, ScalarRef)}
+        targets = {_target(st) for st in nest}
+        scatters = [st for st in nest
+                    if isinstance(st.target, Load) and st.op in ("+=", "-=")
+                    and _scalar_reads(st) & written_scalars]
+        if not scatters:
+            continue
+        moved = {st.name for st in scatters}
+        scatter_targets = {st.target.array for st in scatters}
+        rest = [st for st in nest if st.name not in moved]
+        c = _common_loops(nest)
+        why = ""
+        if c == 0 or not rest:
+            why = "the scatters share no loop with the statements they read from"
+        elif max(st.position[c] for st in rest) >= min(st.position[c] for st in scatters):
+            why = "other statements follow the scatters in the loop body"
+        elif any(_target(st) in scatter_targets and st.name not in moved for st in nest) or any(
+                t in (ld.array for e in st.exprs() for ld in ir.loads(e))
+                for st in nest for t in scatter_targets):
+            why = "the scatter targets are also read or assigned in the nest"
+        expand = set().union(*[_scalar_reads(st) & written_scalars for st in scatters])
+        if not why and expand & {result}:
+            why = "the scatters read the returned value"
+        shape = _expansion_shape(nest[0].loops[:c]) if not why else None
+        if not why and shape is None:
+            why = "the shared loops do not start at 0 with size-only bounds"
+        if not why:
+            deps = deps or dependences(PolyModel(kernel))
+            names = {st.name for st in nest}
+            for v in sorted(expand):
+                if not _private_to_iterations(v, names, c, deps):
+                    why = f"scalar {v!r} carries a value between iterations"
+        if why:
+            for v in sorted(expand):
+                decisions[v] = "kept scalar: " + why
+            continue
+        kernel = _apply(kernel, pos, c, moved, expand, shape, locals_)
+        deps = None
+        for v in sorted(expand):
+            decisions[v] = f"expanded to an array over the {c} shared loop(s); scatters moved " \
+                           f"to a nest of their own"
+    return kernel, decisions
+
+
+def _apply(kernel: ir.Kernel, pos: int, c: int, moved: set, expand: set, shape: tuple,
+           locals_: dict) -> ir.Kernel:
+    taken = {p.name for p in kernel.params} | {t.name for t in kernel.temps} | set(locals_)
+    arrays = {}
+    temps = list(kernel.temps)
+    for v in sorted(expand):
+        name = f"{v}_expanded"
+        while name in taken:
+            name = "_" + name
+        taken.add(name)
+        arrays[v] = name
+        temps.append(ir.Temp(name, ir.ArrayType(locals_[v], shape), zero=False))
+    out = []
+    for st in kernel.statements:
+        if st.position and st.position[0] > pos:
+            st = dataclasses.replace(st, position=(st.position[0] + 1,) + st.position[1:])
+        elif st.loops and st.position[0] == pos:
+            index = tuple(LoopVar(lp.var) for lp in st.loops[:c])
+
+            def fn(x, index=index):
+                if isinstance(x, ScalarRef) and x.name in arrays:
+                    return Load(arrays[x.name], index, x.dtype)
+                return None
+
+            t = st.target
+            if isinstance(t, ScalarRef) and t.name in arrays:
+                t = Load(arrays[t.name], index, t.dtype)
+            st = dataclasses.replace(
+                st, target=t, expr=ir.map_expr(st.expr, fn),
+                guard=None if st.guard is None else ir.map_expr(st.guard, fn),
+                position=((pos + 1,) + st.position[1:]) if st.name in moved else st.position)
+        out.append(st)
+    return dataclasses.replace(kernel, statements=tuple(out), temps=tuple(temps))
