@@ -413,7 +413,11 @@ def _bounds_error(kernel, st, ld, verb, d, bad: isl.Set, model: PolyModel, acces
 
 @dataclass
 class Dependences:
-    """Flow (RAW), anti (WAR) and output (WAW) dependences, one UnionMap per variable."""
+    """Flow (RAW), anti (WAR) and output (WAW) dependences, one UnionMap per variable.
+
+    ``anti`` holds the read-to-write dependences that are not also output
+    dependences, so ``anti | output`` is every false dependence.
+    """
 
     flow: dict[str, isl.UnionMap] = field(default_factory=dict)
     anti: dict[str, isl.UnionMap] = field(default_factory=dict)
@@ -438,14 +442,23 @@ def _by_variable(umap: isl.UnionMap) -> dict[str, isl.UnionMap]:
     return out
 
 
-def dependences(model: PolyModel, schedule_map: Optional[isl.UnionMap] = None) -> Dependences:
-    """Dependences of the kernel under ``schedule_map`` (default: program order)."""
+def dependences(model: PolyModel, schedule_map: Optional[isl.UnionMap] = None,
+                 variables: Optional[set] = None, flow_only: frozenset = frozenset()
+                 ) -> Dependences:
+    """Dependences of the kernel under ``schedule_map`` (default: program order).
+
+    ``variables`` limits the analysis to those arrays/scalars; for the ones in
+    ``flow_only`` only flow dependences are computed (dependence analysis is
+    the expensive part of compilation, so passes ask only for what they use).
+    """
     sched = schedule_map if schedule_map is not None else model.schedule_map()
     reads, must, may = model.accesses()
     deps = Dependences()
     r_by, must_by, may_by = _by_variable(reads), _by_variable(must), _by_variable(may)
     space = model.context.get_space()
     for var, writes in may_by.items():
+        if variables is not None and var not in variables:
+            continue
         must_w = must_by.get(var, isl.UnionMap.empty(space))
         may_w = writes.subtract(must_w)
         var_reads = r_by.get(var, isl.UnionMap.empty(space))
@@ -455,10 +468,15 @@ def dependences(model: PolyModel, schedule_map: Optional[isl.UnionMap] = None) -
                 .set_may_source(may_src).set_schedule_map(sched)
             return ai.compute_flow().get_may_dependence()
 
-        empty = isl.UnionMap.empty(space)
         deps.flow[var] = flow(var_reads, must_w, may_w).coalesce()
-        deps.anti[var] = flow(writes, empty, var_reads).coalesce()
+        if var in flow_only:
+            continue
         deps.output[var] = flow(writes, must_w, may_w).coalesce()
+        # Reads after the last definite write before each write; writes kill
+        # older reads, which keeps this cheap (their order is implied through
+        # output dependences). Pairs that are output dependences already are
+        # not repeated here.
+        deps.anti[var] = flow(writes, must_w, var_reads).subtract(deps.output[var]).coalesce()
     return deps
 
 

@@ -310,7 +310,8 @@ def schedule_kernel(kernel: ir.Kernel, deterministic: bool = False) -> Scheduled
     split, gather_decisions = scatter_to_gather(split, PolyModel(split))
     model = PolyModel(split)
     requirements: list[SizeRequirement] = check_bounds(split, model)
-    deps = dependences(model)
+    # Scalars are private or reductions; which one only their flow decides.
+    deps = dependences(model, flow_only=frozenset(n for n, _ in split.locals))
     program_order = _program_order_schedule(model)
     ast, loops = _build_ast(program_order, split, model, deps, deterministic)
     schedule, origin = program_order, "program order"

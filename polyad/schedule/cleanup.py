@@ -42,7 +42,10 @@ def remove_dead_statements(kernel: ir.Kernel) -> tuple[ir.Kernel, tuple[str, ...
     live = {st.name for st in kernel.statements if is_root(st)}
     if len(live) == len(kernel.statements):
         return kernel, ()
-    edges = _flow_edges(dependences(PolyModel(kernel)))
+    # Only values of locals and temporaries can be dead: their flow is all we need.
+    private = temps | {n for n, _ in kernel.locals}
+    edges = _flow_edges(dependences(PolyModel(kernel), variables=private,
+                                    flow_only=frozenset(private)))
     changed = True
     while changed:
         changed = False

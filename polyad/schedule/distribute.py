@@ -101,7 +101,6 @@ def expand_and_distribute(kernel: ir.Kernel) -> tuple[ir.Kernel, dict[str, str]]
     locals_ = dict(kernel.locals)
     result = kernel.result[0] if kernel.result else None
     decisions: dict[str, str] = {}
-    deps = None
     for pos in sorted(nests, reverse=True):  # later nests first: positions shift behind us
         nest = [st for st in kernel.statements if st.loops and st.position[0] == pos]
         written_scalars = {st.target.name for st in nest if isinstance(st.target, ScalarRef)}
@@ -131,7 +130,7 @@ def expand_and_distribute(kernel: ir.Kernel) -> tuple[ir.Kernel, dict[str, str]]
         if not why and shape is None:
             why = "the shared loops do not start at 0 with size-only bounds"
         if not why:
-            deps = deps or dependences(PolyModel(kernel))
+            deps = dependences(PolyModel(kernel), variables=expand, flow_only=frozenset(expand))
             names = {st.name for st in nest}
             for v in sorted(expand):
                 if not _private_to_iterations(v, names, c, deps):
@@ -141,7 +140,6 @@ def expand_and_distribute(kernel: ir.Kernel) -> tuple[ir.Kernel, dict[str, str]]
                 decisions[v] = "kept scalar: " + why
             continue
         kernel = _apply(kernel, pos, c, moved, expand, shape, locals_)
-        deps = None
         for v in sorted(expand):
             decisions[v] = f"expanded to an array over the {c} shared loop(s); scatters moved " \
                            f"to a nest of their own"

@@ -125,6 +125,14 @@ def _independent_iterations(nest: list, c: int, deps, locals_: set) -> bool:
     return True
 
 
+def _variables(nest: list) -> set:
+    """Arrays and scalars the statements of a nest access."""
+    names = set()
+    for st in nest:
+        names |= _read_names(st) | {_written(st)}
+    return names
+
+
 def ascending_order_free_nests(kernel: ir.Kernel) -> ir.Kernel:
     """Run backward loop nests in ascending order where the order cannot matter.
 
@@ -139,7 +147,6 @@ def ascending_order_free_nests(kernel: ir.Kernel) -> ir.Kernel:
         if st.loops:
             nests.setdefault(st.position[0], []).append(st)
     flip: dict[int, int] = {}  # nest position -> how many outer loops to flip
-    deps = None
     locals_ = set(dict(kernel.locals))
     for pos, nest in nests.items():
         if not any(lp.step < 0 for st in nest for lp in st.loops):
@@ -149,7 +156,9 @@ def ascending_order_free_nests(kernel: ir.Kernel) -> ir.Kernel:
             continue
         c = _common_depth(nest)
         if c:
-            deps = deps or dependences(PolyModel(kernel))
+            used = _variables(nest)
+            deps = dependences(PolyModel(kernel), variables=used,
+                               flow_only=frozenset(used & locals_))
             if _independent_iterations(nest, c, deps, locals_):
                 flip[pos] = c
     if not flip:
@@ -209,15 +218,17 @@ def _sizes_in(exprs) -> set:
 
 
 def small_target(kernel: ir.Kernel, var: str, users: list) -> bool:
-    """A scatter target is 'small' when its extents use strictly fewer sizes than its loops.
+    """A scatter target is 'small' when at least two of its loops' sizes are not its extents.
 
     E.g. ``d_f[k] += ...`` inside loops over M, N and K: each element receives
     M*N contributions, so per-thread private copies are cheap to combine and
-    far cheaper than M*N*K atomics; ``dx[i - 1] += ...`` over i < N is not.
+    far cheaper than M*N*K atomics; ``dx[i - 1] += ...`` over i < N is not
+    small, nor is the input gradient of a convolution (each element receives
+    only a filter's worth of contributions per output channel).
     """
     extents = _sizes_in(kernel.array_type(var).shape)
     loops = _sizes_in([b for st in users for lp in st.loops for b in (lp.lo, lp.hi)])
-    return extents < loops
+    return extents <= loops and len(loops - extents) >= 2
 
 
 def scatter_to_gather(kernel: ir.Kernel, model: PolyModel) -> tuple[ir.Kernel, dict[str, str]]:
