@@ -313,3 +313,15 @@ def test_deconvolution_gradient_is_expanded_distributed_and_gathered():
     _, want = interpret(g.ir, dict(x=x, y=y, f=f), dict(M=6, N=9))
     np.testing.assert_allclose(dx, want["d_x"], rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(df, want["d_f"], rtol=1e-12, atol=1e-12)
+
+
+def test_zeroing_moves_into_the_accumulating_nest():
+    sk = schedule_kernel(stencil_adjoint.ir)
+    assert sk.fused_initializations == ("S0",)
+    src = stencil_adjoint.source
+    # one pass over dx: the zeroing sits in the same loop as the sums
+    assert src.count("for (int64_t m") == src.count("for (int64_t m = ") and \
+        "dx[m * N + n] = 0.0;" in src
+    dy = np.random.default_rng(9).standard_normal((5, 6))
+    _, want = interpret(stencil_adjoint.ir, dict(dy=dy), dict(M=5, N=6))
+    np.testing.assert_allclose(stencil_adjoint(dy), want["dx"], rtol=1e-14)

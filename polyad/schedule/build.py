@@ -9,7 +9,7 @@ import islpy as isl
 
 from .. import ir
 from ..ir import Load, ScalarRef
-from .cleanup import remove_dead_statements
+from .cleanup import fuse_zero_initialization, remove_dead_statements
 from .distribute import expand_and_distribute
 from .gather import ascending_order_free_nests, scatter_to_gather, small_target
 from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, dependences,
@@ -68,6 +68,7 @@ class ScheduledKernel:
     schedule_origin: str = "program order"
     removed_statements: tuple = ()
     expansions: dict = field(default_factory=dict)
+    fused_initializations: tuple = ()
 
     def statement(self, name: str) -> ir.Statement:
         return self._by_name[name]
@@ -308,6 +309,7 @@ def schedule_kernel(kernel: ir.Kernel, deterministic: bool = False) -> Scheduled
     split, expansions = expand_and_distribute(split)
     split = ascending_order_free_nests(split)
     split, gather_decisions = scatter_to_gather(split, PolyModel(split))
+    split, fused = fuse_zero_initialization(split)
     model = PolyModel(split)
     requirements: list[SizeRequirement] = check_bounds(split, model)
     # Scalars are private or reductions; which one only their flow decides.
@@ -328,7 +330,7 @@ def schedule_kernel(kernel: ir.Kernel, deterministic: bool = False) -> Scheduled
             else:
                 origin = "program order (the ISL schedule is not more parallel)"
     return ScheduledKernel(split, model, deps, schedule, ast, loops, requirements,
-                           gather_decisions, origin, dead, expansions)
+                           gather_decisions, origin, dead, expansions, fused)
 
 
 def _program_order_schedule(model: PolyModel) -> isl.Schedule:

@@ -58,3 +58,77 @@ def remove_dead_statements(kernel: ir.Kernel) -> tuple[ir.Kernel, tuple[str, ...
         return kernel, ()
     return dataclasses.replace(
         kernel, statements=tuple(st for st in kernel.statements if st.name in live)), removed
+
+
+def _is_identity_over(st: ir.Statement, loops) -> bool:
+    t = st.target
+    return (isinstance(t, Load) and len(t.index) <= len(loops)
+            and all(isinstance(e, ir.LoopVar) and e.name == lp.var
+                    for e, lp in zip(t.index, loops)))
+
+
+def _covers(loops, shape) -> bool:
+    """Loops ``for v in range(0, E)`` with E the array's extents, in order."""
+    return len(loops) == len(shape) and all(
+        lp.step == 1 and isinstance(lp.lo, ir.Const) and lp.lo.value == 0 and lp.hi == ext
+        for lp, ext in zip(loops, shape))
+
+
+def _touches(st: ir.Statement, array: str) -> bool:
+    t = st.target
+    if isinstance(t, Load) and t.array == array:
+        return True
+    return any(isinstance(x, Load) and x.array == array for e in st.exprs() for x in ir.walk(e))
+
+
+def fuse_zero_initialization(kernel: ir.Kernel) -> tuple[ir.Kernel, tuple[str, ...]]:
+    """Move ``T[i, j] = 0`` loops into the loop nest that then accumulates into T.
+
+    Adjoint arrays are zeroed in a nest of their own and then summed into;
+    when the summing nest visits each element of T in exactly one iteration
+    of its outer loops (every access is ``T[i, j] += ...`` on those loops),
+    zeroing the element at the start of that iteration is the same, and saves
+    a pass over memory: the compiler turns "store 0, add, add" into one store.
+    Returns the new kernel and the names of the moved statements.
+    """
+    statements = list(kernel.statements)
+    moved = []
+    for z in list(statements):
+        t = z.target
+        if not (isinstance(t, Load) and z.loops and z.op == "=" and z.guard is None
+                and not z.conditions and isinstance(z.expr, ir.Const)):
+            continue
+        shape = kernel.array_type(t.array).shape
+        if not (_covers(z.loops, shape) and _is_identity_over(z, z.loops)):
+            continue
+        if sum(1 for s in statements if s.position[0] == z.position[0]) != 1:
+            continue
+        later = [s for s in statements if s.position[0] > z.position[0] and _touches(s, t.array)]
+        if not later:
+            continue
+        pos2 = min(s.position[0] for s in later)
+        nest = [s for s in statements if s.position[0] == pos2]
+        users = [s for s in nest if _touches(s, t.array)]
+        d = len(shape)
+        head = nest[0]
+        if not all(len(s.loops) >= d and s.loops[:d] == head.loops[:d]
+                   and s.position[:d] == head.position[:d] for s in nest):
+            continue
+        if not _covers(head.loops[:d], shape):
+            continue
+        if not all(s.op in ("+=", "-=") and _is_identity_over(s, head.loops[:d])
+                   and len(s.target.index) == d
+                   and not any(isinstance(x, Load) and x.array == t.array
+                               for e in s.exprs() for x in ir.walk(e)) for s in users):
+            continue
+        first = min(s.position[d] for s in nest)
+        index = tuple(ir.LoopVar(lp.var) for lp in head.loops[:d])
+        new_z = dataclasses.replace(z, loops=head.loops[:d],
+                                    position=head.position[:d] + (first - 1,),
+                                    target=Load(t.array, index, t.dtype))
+        statements[statements.index(z)] = new_z
+        moved.append(z.name)
+    if not moved:
+        return kernel, ()
+    statements.sort(key=lambda s: s.position)
+    return dataclasses.replace(kernel, statements=tuple(statements)), tuple(moved)

@@ -200,12 +200,18 @@ def _invert(st: ir.Statement, at: ir.ArrayType, model: PolyModel):
 
 def _target_dim_names(st: ir.Statement, free: tuple) -> list[str]:
     """Loop variable names for the target's dimensions: the one original loop
-    variable an index uses when there is one, else ``j<dim>``."""
+    variable an index uses when there is one, else the loop at the same depth,
+    else ``j<dim>``; equal names keep pieces of one nest in one loop nest."""
     taken = {st.loops[k].var for k in free}
     names = []
     for d, e in enumerate(st.target.index):
         used = [x.name for x in ir.walk(e) if isinstance(x, LoopVar)]
-        name = used[0] if len(set(used)) == 1 and used[0] not in taken else f"j{d}"
+        if len(set(used)) == 1 and used[0] not in taken:
+            name = used[0]
+        elif d < len(st.loops) and d not in free and st.loops[d].var not in taken:
+            name = st.loops[d].var  # e.g. a border piece d_g[0, n]: keep the loop's name
+        else:
+            name = f"j{d}"
         while name in taken:
             name = "_" + name
         taken.add(name)
