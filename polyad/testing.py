@@ -15,13 +15,14 @@ from typing import Any, Mapping, Optional
 import numpy as np
 
 from . import ir
+from .errors import ArgumentError, ShapeError
 from .intrinsics import INTRINSICS
 from .ir import (Binary, Call, Cast, Const, Expr, Load, LoopVar, ScalarRef, Select,
                  SizeVar, Unary)
 
 
 def _sign(x):
-    return type(x)((x > 0) - (x < 0))
+    return type(x)(int(x > 0) - int(x < 0))
 
 
 _SCALAR_IMPL = {name: f.numpy for name, f in INTRINSICS.items()}
@@ -248,3 +249,105 @@ def interpret(kernel: ir.Kernel, args: Mapping[str, Any], sizes: Mapping[str, in
     if kernel.result is not None:
         result = kernel.result[1].np.type(scalars[kernel.result[0]])
     return result, arrays
+
+
+# --------------------------------------------------------------------------
+# the compiled calling convention, on the interpreter (an independent path)
+# --------------------------------------------------------------------------
+
+
+def infer_sizes(k: ir.Kernel, arrays: dict, given: dict) -> dict:
+    """Sizes from the shapes of the given arrays (extents affine in one unknown size)."""
+    known = {n: int(v) for n, v in given.items()}
+    todo = []
+    for p in k.params:
+        if p.is_array and p.name in arrays:
+            shp = arrays[p.name].shape
+            if len(shp) != p.type.ndim:
+                raise ShapeError(f"{k.name}(): {p.name} has {len(shp)} dimension(s), expected "
+                                 f"{p.type.ndim} ({p.type!r})")
+            todo += [(p.name, ext, n) for ext, n in zip(p.type.shape, shp)]
+    progress = True
+    while progress:
+        progress = False
+        for name, ext, n in todo:
+            unknown = {x.name for x in ir.walk(ext) if isinstance(x, ir.SizeVar)} - set(known)
+            if len(unknown) != 1:
+                continue
+            u = unknown.pop()
+            f0 = _eval_extent(ext, {**known, u: 0})
+            slope = _eval_extent(ext, {**known, u: 1}) - f0
+            if slope and (n - f0) % slope == 0:
+                known[u] = (n - f0) // slope
+                progress = True
+    missing = [s for s in k.sizes if s not in known]
+    if missing:
+        raise ArgumentError(f"{k.name}(): cannot infer size(s) {', '.join(missing)} from the "
+                            f"arguments; pass them as keywords, e.g. {missing[0]}=...")
+    for name, ext, n in todo:
+        if _eval_extent(ext, known) != n:
+            raise ShapeError(f"{k.name}(): {name} has extent {n} where {ir.expr_str(ext)} = "
+                             f"{_eval_extent(ext, known)}")
+    return known
+
+
+def _eval_extent(e: ir.Expr, env: dict) -> int:
+    return int(_Machine(None, {}, {}, env).eval(e, {}))
+
+
+def bind_args(k: ir.Kernel, args, kwargs):
+    """(name -> value for parameters given, sizes given) from a call's arguments."""
+    if len(args) > len(k.params):
+        raise ArgumentError(f"{k.name}() takes {len(k.params)} arguments, got {len(args)}")
+    bound = {p.name: a for p, a in zip(k.params, args)}
+    sizes = {}
+    pnames = {p.name for p in k.params}
+    for n, v in kwargs.items():
+        if n in pnames:
+            if n in bound:
+                raise ArgumentError(f"{k.name}() got multiple values for {n!r}")
+            bound[n] = v
+        elif n in k.sizes:
+            sizes[n] = v
+        else:
+            raise ArgumentError(f"{k.name}() has no parameter or size named {n!r}")
+    for p in k.params:
+        if p.name not in bound and p.intent != "out":
+            raise ArgumentError(f"{k.name}() missing argument {p.name!r}")
+    return bound, sizes
+
+
+def call_interpreted(k, *args, **kwargs):
+    """Run a kernel (``ir.Kernel`` or anything with ``.ir``) on the reference interpreter,
+    called like the compiled kernel: arguments by position or keyword, ``pa.Out``
+    arrays optional, sizes from shapes or keywords; returns the value, the Out
+    arrays, or ``(value, out1, ...)``.
+    """
+    kir = k if isinstance(k, ir.Kernel) else k.ir
+    bound, sizes = bind_args(kir, args, kwargs)
+    values: dict[str, Any] = {}
+    arrays = {}
+    for p in kir.params:
+        if p.name not in bound:
+            continue
+        v = bound[p.name]
+        if p.is_array:
+            a = v if isinstance(v, np.ndarray) else np.asarray(v)
+            if a.dtype != p.type.dtype.np:
+                if p.intent != "in":
+                    raise ArgumentError(f"{kir.name}(): {p.name} must have dtype "
+                                        f"{p.type.dtype.np_name}, got {a.dtype}")
+                a = a.astype(p.type.dtype.np)
+            arrays[p.name] = a
+            values[p.name] = a
+        else:
+            values[p.name] = v
+    sizes = infer_sizes(kir, arrays, sizes)
+    result, out_arrays = interpret(kir, values, sizes)
+    outs = [out_arrays[p.name] for p in kir.params if p.intent == "out"]
+    if kir.result is not None:
+        r = float(result) if kir.result[1].is_float else int(result)
+        return (r, *outs) if outs else r
+    if not outs:
+        return None
+    return outs[0] if len(outs) == 1 else tuple(outs)

@@ -1,0 +1,434 @@
+"""Primal values in the reverse sweep: read directly, recompute, or tape.
+
+The adjoint of a statement ``S`` needs the primal values ``S`` read (the
+partial derivatives are functions of them, and so is ``S``'s guard). In the
+reverse sweep the primal arrays hold their *final* values and scalar locals
+hold whatever the forward sweep (or a recomputation) left in them. For every
+value an adjoint needs, ``Resolver`` picks one of (DESIGN §4):
+
+(a) **direct**: the value cannot have changed after ``S``. For an array: every
+    statement writing it completes before ``S`` starts (no shared loop), or
+    writes the very element ``S`` reads through the same injective index in
+    an earlier point of the same iteration (``t[i] = ...; ... t[i]``). For a
+    scalar: no write to it can execute after ``S``.
+(b) **recompute** (scalars): the scalar is *loop-local* in an enclosing loop
+    ``L`` - every iteration of ``L`` kills it with a plain ``=`` before
+    reading it, and it is not written after ``S`` within the iteration. The
+    forward statements that compute it (the backward slice inside ``L``'s
+    body: ``s = 0; for k: s += w[k] * x[i + k]``, or ``w = sigmoid(...)``)
+    are replayed at the start of each iteration of the reversed ``L``. Their
+    own inputs must be available (arrays direct, scalars killed in the same
+    iteration or resolvable at an outer loop).
+(c) **tape**: anything else (``r = r * x[i]``: the old ``r``; in-place array
+    updates ``x[i] = f(x[i])``). The forward sweep stores the value into a
+    privatized tape array indexed by the iteration vector of the point where
+    it is read, right before that point - at the outermost loop level where
+    the value is still constant (a scalar that only changes in the outer loop
+    is taped once per outer iteration). The tape extents are the bounding
+    box of the loop nest, affine in the sizes (``tape_bytes`` reports them).
+
+All checks are structural on the loop tree (conservative: when in doubt,
+tape), so AD needs no ISL.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+
+from .. import ir
+from ..ir import Binary, Const, Expr, Load, LoopVar, ScalarRef
+from . import exprs as X
+from .tree import Item, Leaf, Node, item_of, loops_of
+
+DIRECT = ("direct",)
+
+TAPE_PREFIX = "tape_"
+
+
+def _common_prefix(a: tuple, b: tuple) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def injective_index(index: tuple, loop_vars) -> bool:
+    """Does ``index`` map the iteration vector of ``loop_vars`` injectively (syntactically)?
+
+    Every index dimension is affine in at most one of the loop variables, every
+    loop variable appears in some dimension, and no other loop variable is used.
+    """
+    loop_vars = set(loop_vars)
+    seen = set()
+    for ix in index:
+        f = X.affine_form(ix)
+        if f is None:
+            return False
+        vs = [a for a, c in f[0].items() if isinstance(a, LoopVar)]
+        opaque = [a for a in f[0] if isinstance(a, Binary)]
+        if opaque and any(X.loop_var_names(a) for a in opaque):
+            return False
+        if len(vs) > 1:
+            return False
+        for v in vs:
+            if v.name not in loop_vars:
+                return False
+            seen.add(v.name)
+    return seen == loop_vars
+
+
+def plainly_in_bounds(index: tuple, loops, shape) -> bool:
+    """Is every index dimension a loop variable running over exactly ``range(extent)``?
+    (Then a boundary mode never applies to the access.)"""
+    by_var = {lp.var: lp for lp in loops}
+    for ix, ext in zip(index, shape):
+        if not isinstance(ix, LoopVar) or ix.name not in by_var:
+            return False
+        lp = by_var[ix.name]
+        if lp.step != 1 or X.simplify_int(lp.lo) != X.ic(0) \
+                or X.simplify_int(lp.hi) != X.simplify_int(ext):
+            return False
+    return True
+
+
+class Resolver:
+    """Decides how the reverse sweep obtains each primal value (see module doc)."""
+
+    def __init__(self, root: Node, leaves: list[Leaf], local_names: set, array_types: dict,
+                 names):
+        self.root = root
+        self.leaves = leaves
+        self.local_names = set(local_names)       # primal scalar locals
+        self.array_types = dict(array_types)      # primal arrays (params, temps) -> ArrayType
+        self.local_types = {}
+        self.names = names
+        self.writes: dict[str, list[Leaf]] = {}
+        for lf in leaves:
+            t = lf.stmt.target
+            self.writes.setdefault(t.array if isinstance(t, Load) else t.name, []).append(lf)
+        self.slices: dict[tuple, set] = {}        # loop path -> leaf indices to replay
+        self.tape_before: dict[tuple, list] = {}  # node path -> tape store items
+        self.tapes: dict = {}                     # key -> replacement expression
+        self.scalar_tapes: dict = {}              # (name, path, conditions) -> tape ref
+        self.tape_arrays: list[ir.Temp] = []
+        self.tape_scalars: list[tuple[str, ir.DType]] = []
+        self.init_scalars: dict[str, ir.DType] = {}
+        self._memo: dict = {}
+
+    # ------------------------------------------------------------------
+    # substitution
+    # ------------------------------------------------------------------
+    def primal(self, e: Optional[Expr], leaf: Leaf) -> Optional[Expr]:
+        """``e`` (built from values read by ``leaf``) with every primal read resolved."""
+        if e is None:
+            return None
+
+        def fn(x):
+            if isinstance(x, ScalarRef) and x.name in self.local_names:
+                return self.scalar_value(x, leaf)
+            if isinstance(x, Load) and x.array in self.array_types:
+                return self.load_value(x, leaf)
+            return None
+
+        return ir.map_expr(e, fn)
+
+    def scalar_value(self, ref: ScalarRef, leaf: Leaf) -> Expr:
+        st = leaf.stmt
+        r = self.resolve_scalar(ref.name, leaf.path, leaf.depth, st.conditions, st.guard)
+        if r[0] == "recompute":
+            self._merge(self.slices, r[1])
+            return ref
+        if r[0] == "direct":
+            return ref
+        return self.tape_scalar(ref, r[1], leaf)
+
+    def load_value(self, ld: Load, leaf: Leaf) -> Expr:
+        if self.array_valid(ld, leaf):
+            return ld
+        return self.tape_load(ld, leaf)
+
+    # ------------------------------------------------------------------
+    # arrays
+    # ------------------------------------------------------------------
+    def array_valid(self, ld: Load, leaf: Leaf) -> bool:
+        """Is the element ``leaf`` reads still unchanged at the end of the forward sweep?"""
+        for w in self.writes.get(ld.array, []):
+            if w is leaf:
+                return False
+            c = _common_prefix(w.path, leaf.path)
+            if c == 0:
+                if w.path[0] < leaf.path[0]:
+                    continue
+                return False
+            if w.path[c] > leaf.path[c]:
+                return False
+            # w precedes leaf inside the innermost shared loop body: fine if w writes
+            # exactly the element leaf reads, through an index injective in the shared loops
+            at = self.array_types[ld.array]
+            wt = w.stmt.target
+            if at.mode not in (None, "zero") and not plainly_in_bounds(
+                    wt.index, w.stmt.loops, at.shape):
+                return False
+            if wt.index != ld.index:
+                return False
+            shared = [lp.var for lp in loops_of(self.root, leaf.path)[:c]]
+            if not injective_index(ld.index, shared):
+                return False
+        return True
+
+    # ------------------------------------------------------------------
+    # scalars
+    # ------------------------------------------------------------------
+    def resolve_scalar(self, name: str, xpath: tuple, q: int, rconds, rguard):
+        """How to get the value of local ``name`` read at node ``xpath`` (a child of the
+        block at depth ``q``): ("direct",), ("recompute", additions) or ("fail", xpath')."""
+        if name not in self.local_names:
+            return DIRECT
+        key = (name, xpath, q, tuple(rconds), rguard)
+        if key in self._memo:
+            return self._memo[key]
+        ws = self.writes.get(name, [])
+        if q == 0:
+            res = DIRECT if all(w.path[0] < xpath[0] for w in ws) else ("fail", xpath[:1])
+        else:
+            bp = xpath[:q]
+            inside = [w for w in ws if w.path[:q] == bp]
+            if not inside:
+                res = self.resolve_scalar(name, bp, q - 1, rconds, rguard)
+            elif any(w.path[q] >= xpath[q] for w in inside):
+                res = ("fail", xpath[:q + 1])
+            else:
+                adds = self.build_slice(bp, q, [(name, xpath, tuple(rconds), rguard)])
+                res = ("fail", xpath[:q + 1]) if adds is None else ("recompute", adds)
+        self._memo[key] = res
+        return res
+
+    @staticmethod
+    def _dominates(kill: ir.Statement, rconds, rguard) -> bool:
+        if not set(kill.conditions) <= set(rconds):
+            return False
+        kc = X.conjuncts(kill.guard)
+        rc = X.conjuncts(rguard)
+        return all(any(k == r for r in rc) for k in kc)
+
+    def build_slice(self, bp: tuple, q: int, initial):
+        """Statements of the loop body at ``bp`` to replay so that the needed scalars
+        get their values back; None when that is not possible."""
+        adds: dict = {}
+        chosen: set = set()
+        seen = set()
+        work = list(initial)
+        while work:
+            name, rpath, rconds, rguard = work.pop()
+            if (name, rpath) in seen or name not in self.local_names:
+                continue
+            seen.add((name, rpath))
+            inside = [w for w in self.writes.get(name, []) if w.path[:q] == bp]
+            if not inside:
+                r = self.resolve_scalar(name, bp, q - 1, rconds, rguard)
+                if r[0] == "fail":
+                    return None
+                if r[0] == "recompute":
+                    self._merge(adds, r[1])
+                continue
+            before = [w for w in inside if w.path[q] <= rpath[q]]
+            kills = [w for w in before
+                     if w.path[q] < rpath[q] and len(w.path) == q + 1 and w.stmt.op == "="
+                     and name not in X.scalar_names(w.stmt.expr)
+                     and self._dominates(w.stmt, rconds, rguard)]
+            if not kills:
+                return None
+            k0 = max(w.path[q] for w in kills)
+            for w in before:
+                if w.path[q] < k0 or w.index in chosen:
+                    continue
+                chosen.add(w.index)
+                st = w.stmt
+                for t in sorted(st.scalar_reads()):
+                    work.append((t, w.path, st.conditions, st.guard))
+                for ld in ir.loads(st.expr) + (ir.loads(st.guard) if st.guard is not None else []):
+                    if ld.array in self.array_types and not self.array_valid(ld, w):
+                        return None
+        self._merge(adds, {bp: chosen})
+        return adds
+
+    @staticmethod
+    def _merge(into: dict, adds: dict):
+        for k, v in adds.items():
+            into.setdefault(k, set()).update(v)
+
+    def recompute_items(self, node: Node) -> list:
+        chosen = self.slices.get(node.path)
+        if not chosen:
+            return []
+        from .tree import tree_items
+
+        def leaf_fn(lf):
+            if lf.index in chosen:
+                return [item_of(lf.stmt, f"recompute: {lf.stmt.source}")]
+            return []
+
+        return tree_items(node, leaf_fn)
+
+    def writes_in_slices(self, name: str) -> bool:
+        idx = {lf.index for lf in self.writes.get(name, [])}
+        return any(idx & s for s in self.slices.values())
+
+    # ------------------------------------------------------------------
+    # tapes
+    # ------------------------------------------------------------------
+    def _bbox(self, path: tuple):
+        """Per enclosing loop of the node at ``path``: (index expr, extent expr)."""
+        env: dict[str, tuple[Expr, Expr]] = {}
+        out = []
+        for lp in loops_of(self.root, path):
+            if lp.step > 0:
+                lo = self.bounds(lp.lo, env)[0]
+                hi = X.isub(self.bounds(lp.hi, env)[1], X.ic(1))
+            else:
+                lo = X.iadd(self.bounds(lp.hi, env)[0], X.ic(1))
+                hi = self.bounds(lp.lo, env)[1]
+            env[lp.var] = (lo, hi)
+            out.append((X.isub(LoopVar(lp.var), lo), X.iadd(X.isub(hi, lo), X.ic(1))))
+        return out
+
+    def bounds(self, e: Expr, env) -> tuple[Expr, Expr]:
+        """Inclusive lower and upper bounds of the integer expression ``e`` over ``env``."""
+        f = X.affine_form(e)
+        if f is None:
+            raise ValueError(f"cannot bound the loop bound {ir.expr_str(e)}")
+        lo: Expr = X.ic(f[1])
+        hi: Expr = X.ic(f[1])
+        for atom, c in f[0].items():
+            if isinstance(atom, LoopVar):
+                al, ah = env[atom.name]
+            elif isinstance(atom, Binary) and atom.op == "//":
+                il, ih = self.bounds(atom.a, env)
+                d = int(atom.b.value)
+                al, ah = X.ifloordiv(il, d), X.ifloordiv(ih, d)
+            elif isinstance(atom, Binary) and atom.op == "%":
+                al, ah = X.ic(0), X.ic(int(atom.b.value) - 1)
+            else:
+                al = ah = atom
+            if c > 0:
+                lo, hi = X.iadd(lo, X.imul(c, al)), X.iadd(hi, X.imul(c, ah))
+            else:
+                lo, hi = X.iadd(lo, X.imul(c, ah)), X.iadd(hi, X.imul(c, al))
+        return lo, hi
+
+    def _new_tape(self, path: tuple, dtype: ir.DType, base: str) -> Expr:
+        box = self._bbox(path)
+        name = self.names.fresh(f"{TAPE_PREFIX}{base}")
+        if not box:
+            self.tape_scalars.append((name, dtype))
+            return ScalarRef(name, dtype)
+        at = ir.ArrayType(dtype, tuple(ext for _, ext in box))
+        self.tape_arrays.append(ir.Temp(name, at, False))
+        return Load(name, tuple(ix for ix, _ in box), dtype)
+
+    # Tape stores run under the affine conditions of the point they tape, never under a
+    # guard: the adjoint evaluates the guard on primal values - possibly the taped one -
+    # so the tape must hold the value also where the guard was false. (Guards are not
+    # part of the iteration domain: the access is valid either way.)
+
+    def tape_load(self, ld: Load, leaf: Leaf) -> Expr:
+        key = ("load", ld, leaf.index)
+        if key not in self.tapes:
+            ref = self._new_tape(leaf.path, ld.dtype, f"{leaf.stmt.name}_{ld.array}")
+            st = leaf.stmt
+            self.tape_before.setdefault(leaf.path, []).append(
+                Item(ref, "=", ld, st.conditions, None, st.line,
+                     f"tape: {ir.expr_str(ld)} read by: {st.source}"))
+            self.tapes[key] = ref
+        return self.tapes[key]
+
+    def tape_scalar(self, ref: ScalarRef, xpath: tuple, leaf: Leaf) -> Expr:
+        key = ("scalar", ref.name, xpath)
+        if key in self.tapes:
+            return self.tapes[key]
+        st = leaf.stmt
+        outer = {lp.var for lp in loops_of(self.root, xpath)}
+        conds = tuple(c for c in st.conditions if X.loop_var_names(c.expr) <= outer)
+        if xpath != leaf.path or st.guard is not None:
+            # the store may run where the primal never assigned the local yet
+            self.init_scalars[ref.name] = ref.dtype
+        # share a tape of the same value stored at another point of the same block
+        q = len(xpath) - 1
+        block = xpath[:q]
+        for (name, xp, cds), tref in self.scalar_tapes.items():
+            if name != ref.name or len(xp) != len(xpath) or xp[:q] != block \
+                    or not set(cds) <= set(conds):
+                continue
+            lo, hi = min(xp[q], xpath[q]), max(xp[q], xpath[q])
+            if any(w.path[:q] == block and lo <= w.path[q] < hi
+                   for w in self.writes.get(ref.name, [])):
+                continue
+            self.tapes[key] = tref
+            return tref
+        tref = self._new_tape(xpath, ref.dtype, f"{st.name}_{ref.name}")
+        self.tape_before.setdefault(xpath, []).append(
+            Item(tref, "=", ref, conds, None, st.line,
+                 f"tape: {ref.name} read by: {st.source}"))
+        self.tapes[key] = tref
+        self.scalar_tapes[(ref.name, xpath, conds)] = tref
+        return tref
+
+
+# --------------------------------------------------------------------------
+# tape size
+# --------------------------------------------------------------------------
+
+
+def _eval_int(e: Expr, env) -> int:
+    if isinstance(e, Const):
+        return int(e.value)
+    if isinstance(e, (ir.SizeVar, ScalarRef)):
+        return int(env[e.name])
+    if isinstance(e, ir.Cast):
+        return _eval_int(e.a, env)
+    if isinstance(e, ir.Unary) and e.op == "neg":
+        return -_eval_int(e.a, env)
+    if isinstance(e, Binary):
+        a, b = _eval_int(e.a, env), _eval_int(e.b, env)
+        return {"+": a + b, "-": a - b, "*": a * b, "//": a // b, "%": a % b}[e.op]
+    raise ValueError(f"cannot evaluate extent {ir.expr_str(e)}")
+
+
+def tape_arrays(k: ir.Kernel) -> list[ir.Temp]:
+    """The tape arrays of a derived kernel (temporaries named ``tape_...``)."""
+    return [t for t in k.temps if t.name.startswith(TAPE_PREFIX)]
+
+
+def tape_report(k: ir.Kernel, sizes=None) -> list[dict]:
+    """One entry per tape array of a derived kernel, for ``pa.explain``:
+    ``name``, ``type`` (text, e.g. ``f64[N]``), ``what`` (the value taped and the
+    statement that reads it, as in the DSL) and ``bytes`` (None without ``sizes``)."""
+    out = []
+    for t in tape_arrays(k):
+        what = ""
+        for st in k.statements:
+            if isinstance(st.target, Load) and st.target.array == t.name:
+                what = st.source[len("tape: "):] if st.source.startswith("tape: ") else st.source
+                break
+        nbytes = None
+        if sizes is not None:
+            n = 1
+            for ext in t.type.shape:
+                n *= max(0, _eval_int(ext, sizes))
+            nbytes = n * np.dtype(t.type.dtype.np_name).itemsize
+        out.append({"name": t.name, "type": repr(t.type), "what": what, "bytes": nbytes})
+    return out
+
+
+def tape_bytes(k: ir.Kernel, sizes) -> int:
+    """Bytes of tape memory ``k`` (a derived kernel) allocates for the given sizes.
+
+    ``sizes`` maps size names (and integer parameters used in loop bounds) to values.
+    Tape scalars (loop-invariant values taped once) live in registers and are not
+    counted.
+    """
+    return sum(entry["bytes"] for entry in tape_report(k, sizes))
