@@ -98,6 +98,12 @@ class Kernel:
         """The generated OpenMP C source."""
         return self.compile().source
 
+    def explain(self, format: str = "text", target: str = "openmp",
+                deterministic: bool = False) -> str:
+        """The report of ``pa.explain(self, ...)``: how this kernel is scheduled and emitted."""
+        from .report import explain
+        return explain(self, format, target, deterministic)
+
     def __call__(self, *args, **kwargs):
         return self.compile()(*args, **kwargs)
 

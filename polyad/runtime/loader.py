@@ -1,6 +1,6 @@
 """Load compiled kernels with cffi (ABI mode) and call them on numpy arrays.
 
-``CompiledKernel`` checks every argument before any C runs: types and dtypes
+``KernelFunction`` checks every argument before any C runs: types and dtypes
 (no silent conversion), ndim, shapes against the size symbols, C-contiguity,
 outputs aliasing other arrays, and the size conditions boundary modes need.
 """
@@ -8,7 +8,7 @@ outputs aliasing other arrays, and the size conditions boundary modes need.
 from __future__ import annotations
 
 import re
-from typing import Any, Optional
+from typing import Optional
 
 import cffi
 import islpy as isl
@@ -21,11 +21,13 @@ from .toolchain import compile_c
 
 
 def _eval_extent(e: ir.Expr, sizes: dict) -> Optional[int]:
-    """Value of an affine extent, or None when a size in it is unknown."""
+    """Value of an affine extent (sizes and integer parameters by name), or None if unknown."""
     if isinstance(e, Const):
         return int(e.value)
-    if isinstance(e, SizeVar):
+    if isinstance(e, (SizeVar, ir.ScalarRef)):
         return sizes.get(e.name)
+    if isinstance(e, ir.Cast):
+        return _eval_extent(e.a, sizes)
     if isinstance(e, ir.Unary):
         v = _eval_extent(e.a, sizes)
         return None if v is None else -v
@@ -54,25 +56,25 @@ def _solve_extent(e: ir.Expr, value: int, sizes: dict) -> Optional[tuple[str, in
     return name, x
 
 
-class CompiledKernel:
-    """A kernel compiled to a shared library, callable on numpy arrays.
+class KernelFunction:
+    """A kernel's C function behind polyad's Python call interface.
 
-    Attributes: ``source`` (the C text), ``library`` (path), ``kernel`` (IR).
+    Calling it checks every argument, allocates omitted outputs and
+    temporaries, calls ``fn`` (a cffi function of ``ffi``) and returns the
+    result. ``CompiledKernel`` (JIT) and ``polyad.build.load`` (a prebuilt
+    cffi extension) both call kernels through this class.
+    Attributes: ``kernel`` (IR), ``signature`` (the C parameter list),
+    ``requirements`` (size conditions checked before the call).
     """
 
-    def __init__(self, kernel: ir.Kernel, source: str, signature, requirements, param_names,
-                 sanitize: Optional[str] = None):
+    def __init__(self, kernel: ir.Kernel, signature, requirements, param_names, ffi: cffi.FFI,
+                 fn):
         self.kernel = kernel
-        self.source = source
         self.signature = signature
         self.requirements = requirements
         self._param_names = param_names  # isl parameter names, in order
-        self.library = compile_c(source, signature.name, sanitize)
-        self._ffi = cffi.FFI()
-        decl = re.sub(r"\brestrict\b", "", signature.declaration())
-        self._ffi.cdef(decl + ";")
-        self._lib = self._ffi.dlopen(str(self.library))
-        self._fn = getattr(self._lib, signature.name)
+        self._ffi = ffi
+        self._fn = fn
         self._checked_sizes: dict[tuple, None] = {}
         self._params = {p.name: p for p in kernel.params}
 
@@ -194,7 +196,7 @@ class CompiledKernel:
         self._check_aliasing(arrays)
         temps = []
         for t in k.temps:
-            shape = tuple(_eval_extent(e, sizes) for e in t.type.shape)
+            shape = tuple(max(0, _eval_extent(e, {**sizes, **ints})) for e in t.type.shape)
             temps.append((np.zeros if t.zero else np.empty)(shape, t.type.dtype.np))
         result = np.zeros(1, k.result[1].np) if k.result is not None else None
         cargs = []
@@ -247,6 +249,30 @@ class CompiledKernel:
                 if other != w and np.may_share_memory(arrays[w], arrays[other]):
                     raise ShapeError(f"{self.kernel.name}(): output {w!r} shares memory with "
                                      f"{other!r}; pass separate arrays (e.g. {other}.copy())")
+
+
+class CompiledKernel(KernelFunction):
+    """A kernel compiled to a shared library (cached), callable on numpy arrays.
+
+    Attributes: ``source`` (the C text), ``library`` (path), ``kernel`` (IR).
+    """
+
+    def __init__(self, kernel: ir.Kernel, source: str, signature, requirements, param_names,
+                 sanitize: Optional[str] = None):
+        self.source = source
+        self.library = compile_c(source, signature.name, sanitize)
+        ffi = cffi.FFI()
+        ffi.cdef(c_prototype(signature))
+        # Never unmapped: OpenMP worker threads may still spin in libgomp (loaded
+        # for this library) when the interpreter exits and frees the handle.
+        self._lib = ffi.dlopen(str(self.library), ffi.RTLD_NOW | ffi.RTLD_NODELETE)
+        super().__init__(kernel, signature, requirements, param_names, ffi,
+                         getattr(self._lib, signature.name))
+
+
+def c_prototype(signature) -> str:
+    """The declaration of a kernel's C function as cffi's ``cdef`` takes it."""
+    return re.sub(r"\brestrict\b\s*", "", signature.declaration()) + ";"
 
 
 def _ctype(decl: str) -> str:

@@ -13,9 +13,11 @@ import functools
 import hashlib
 import logging
 import os
+import re
 import shutil
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 from ..errors import CompileError
@@ -78,6 +80,7 @@ def compile_c(source: str, name: str, sanitize: str | None = None) -> Path:
     os.close(fd)
     cmd = [cc, *flags, "-o", tmp_lib, str(src), "-lm"]
     log.debug("compiling: %s", " ".join(cmd))
+    start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         os.unlink(tmp_lib)
@@ -86,4 +89,36 @@ def compile_c(source: str, name: str, sanitize: str | None = None) -> Path:
             f"(this is a polyad bug; please report it with the source file):\n"
             f"source: {src}\ncommand: {' '.join(cmd)}\n{proc.stderr.strip()}")
     os.replace(tmp_lib, lib)
+    log.info("compiled %s in %.2f s -> %s", name, time.perf_counter() - start, lib)
     return lib
+
+
+# Cached libraries and their sources (NAME_<24 hex>.so/.c), and what an
+# interrupted compile leaves behind (.NAME_<random>.c/.so from mkstemp).
+_CACHE_FILE = re.compile(r"(?:.+_[0-9a-f]{24}|\..+_[a-z0-9_]{8})\.(?:c|so)")
+
+
+def cache_files() -> list[Path]:
+    """polyad's files in the cache directory (other files there are not polyad's)."""
+    directory = cache_dir()
+    return sorted(p for p in directory.iterdir()
+                  if p.is_file() and _CACHE_FILE.fullmatch(p.name))
+
+
+def clear_cache() -> tuple[int, int]:
+    """Delete polyad's files from the cache directory; returns (files, bytes) removed.
+
+    Safe while other processes compile: they write under temporary names and
+    rename atomically, so at worst a kernel is compiled again.
+    """
+    count = size = 0
+    for path in cache_files():
+        try:
+            n = path.stat().st_size
+            path.unlink()
+        except FileNotFoundError:
+            continue
+        count += 1
+        size += n
+    log.debug("cleared %d files (%d bytes) from %s", count, size, cache_dir())
+    return count, size
