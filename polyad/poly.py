@@ -511,6 +511,8 @@ def aff_to_expr(aff: isl.Aff, in_names: list[str], params: dict[str, Expr]) -> E
         pname = aff.get_dim_name(isl.dim_type.param, k)
         coefs.append((_fraction(aff.get_coefficient_val(isl.dim_type.param, k)), params[pname]))
     for k in range(aff.dim(isl.dim_type.div)):
+        if aff.get_coefficient_val(isl.dim_type.div, k).is_zero():
+            continue  # (the local space of a div's own expression lists the divs too)
         div = aff.get_div(k)
         dd = div.get_denominator_val().get_num_si()
         inner = aff_to_expr(div.scale_val(isl.Val.int_from_si(aff.get_ctx(), dd)),

@@ -177,8 +177,7 @@ class _Emitter:
                 clauses.append(f"reduction(+:{', '.join(sections)})")
             if info.private:
                 clauses.append(f"private({', '.join(self.names[v] for v in sorted(info.private))})")
-            head = "parallel for" + (" simd" if info.simd else "") + " schedule(static)" \
-                if info.omp_parallel else "simd"
+            head = "parallel for schedule(static)" if info.omp_parallel else "simd"
             self.out(indent, f"#pragma omp {head}" + "".join(" " + c for c in clauses))
             if info.omp_parallel:
                 atomic = atomic | info.atomic

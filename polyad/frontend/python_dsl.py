@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import ast
 import builtins
+import dataclasses
 import inspect
-import math
 import textwrap
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Optional
 
 import numpy as np
@@ -338,6 +338,9 @@ class _ExprParser:
             else None
         if isinstance(node.func, ast.Name) and node.func.id in ("range",):
             raise self.err(node, "range() is only allowed as a for-loop iterable")
+        if getattr(target, "__polyad_kernel__", None) is not None:
+            raise self.err(node, "a kernel call must be a statement of its own",
+                           "write 'other(x, y)' or 'v = other(x)' on its own line")
         args = [self.expr(a) for a in node.args]
         if target is float or target is int or isinstance(target, DType):
             if len(args) != 1:
@@ -355,9 +358,6 @@ class _ExprParser:
         from_func = getattr(target, "__polyad_func__", None)
         if from_func is not None:
             return self.func_call(node, target, args)
-        if getattr(target, "__polyad_kernel__", None) is not None:
-            raise self.err(node, "calling a kernel from inside a kernel is not supported yet",
-                           "call it from Python, or turn the shared part into a @pa.func")
         raise self.err(node, f"call of unknown function {ast.unparse(node.func)!r}",
                        "kernels can call intrinsics (pa.exp, abs, min, ...) and @pa.func functions")
 
@@ -680,6 +680,8 @@ class _KernelParser(_ExprParser):
     def s_Expr(self, s):
         if isinstance(s.value, ast.Constant) and isinstance(s.value.value, str):
             return  # docstring
+        if self.kernel_call(s, s.value, None):
+            return
         raise self.err(s, "an expression statement has no effect in a kernel",
                        "assign the value to an array element or a local")
 
@@ -715,9 +717,138 @@ class _KernelParser(_ExprParser):
                            "assign one target per statement")
         target = s.targets[0]
         if isinstance(target, ast.Name) and isinstance(s.value, ast.Call) \
-                and self.temp_decl(s, target.id, s.value):
+                and (self.temp_decl(s, target.id, s.value)
+                     or self.kernel_call(s, s.value, target)):
             return
         self.assign(s, target, "=", s.value)
+
+    # ---- kernels calling kernels: inlined, so every later stage sees one kernel ----
+    def kernel_call(self, s, call, result_target) -> bool:
+        if not isinstance(call, ast.Call) or not isinstance(call.func, (ast.Name, ast.Attribute)):
+            return False
+        callee = getattr(self.global_value(call.func), "__polyad_kernel__", None)
+        if callee is None:
+            return False
+        name = callee.name
+        if call.keywords or len(call.args) != len(callee.params):
+            raise self.err(call, f"kernel {name}() takes {len(callee.params)} positional "
+                                 f"arguments, got {len(call.args)}",
+                           "inside a kernel every parameter, pa.Out arrays included, is passed")
+        values: dict[str, Expr] = {}
+        arrays: dict[str, str] = {}
+        sizes: dict[str, Expr] = {}
+        for p, a in zip(callee.params, call.args):
+            if p.is_array:
+                if not isinstance(a, ast.Name) or a.id not in self.arrays:
+                    raise self.err(a, f"argument {p.name!r} of {name}() must be an array of "
+                                      f"this kernel")
+                mine = self.arrays[a.id]
+                if mine.dtype != p.type.dtype or mine.ndim != p.type.ndim:
+                    raise self.err(a, f"{a.id!r} is {mine!r} but {name}() expects {p.type!r}")
+                if p.type.mode is not None and mine.mode != p.type.mode:
+                    # The mode belongs to the array: an inlined access can only use the caller's.
+                    raise self.err(a, f"{name}() reads {p.name!r} with boundary mode "
+                                      f"'{p.type.mode}', but {a.id!r} has "
+                                      f"{repr(mine.mode) if mine.mode else 'none'}",
+                                   f"declare {a.id!r} with .{p.type.mode} in this kernel too")
+                for ext, my_ext in zip(p.type.shape, mine.shape):
+                    self.bind_extent(a, name, p.name, ext, my_ext, sizes)
+                arrays[p.name] = a.id
+                if p.intent != "in":
+                    self.written.add(a.id)
+            else:
+                values[p.name] = cast_to(self.expr(a), p.type)
+                if p.name in callee.int_params and not is_affine(
+                        values[p.name], frozenset(self.int_params | set(self.scalars))):
+                    raise self.err(a, f"{name}() uses {p.name!r} in loop bounds or indices, "
+                                      "so its argument must be affine")
+        missing = [sz for sz in callee.sizes if sz not in sizes]
+        if missing:
+            raise self.err(call, f"cannot bind size(s) {', '.join(missing)} of {name}()",
+                           "every size of the called kernel must appear in an array argument")
+        renames = self.callee_locals(callee)
+        for t in callee.temps:
+            arrays[t.name] = self.fresh(f"{name}_{t.name}")
+            self.arrays[arrays[t.name]] = _subst_type(t.type, sizes)
+            self.temps.append(ir.Temp(arrays[t.name], self.arrays[arrays[t.name]], t.zero))
+        taken = self.loop_vars() | set(self.arrays) | set(self.scalars) | set(self.locals)
+        loop_names = {}
+        for st in callee.statements:
+            for lp in st.loops:
+                if lp.var not in loop_names:
+                    loop_names[lp.var] = lp.var if lp.var not in taken else self.fresh(lp.var)
+
+        def tr(e: Expr) -> Expr:
+            def fn(x):
+                if isinstance(x, SizeVar):
+                    return sizes[x.name]
+                if isinstance(x, LoopVar):
+                    return LoopVar(loop_names[x.name])
+                if isinstance(x, ScalarRef):
+                    return values.get(x.name) or ScalarRef(renames[x.name], x.dtype)
+                if isinstance(x, Load):
+                    return Load(arrays[x.array], x.index, x.dtype)
+                return None
+            return ir.map_expr(e, fn)
+
+        for sub in callee.funcs:
+            self.funcs[sub.name] = sub
+        for x in ir.walk_many(values.values()):
+            if isinstance(x, ScalarRef) and x.name in self.scalars:
+                self.int_params.add(x.name)
+        base = self.counters[-1]
+        width = 1 + max((st.position[0] for st in callee.statements), default=-1)
+        self.counters[-1] += width
+        scope = self.scope
+        for st in callee.statements:
+            t = st.target
+            target = tr(t) if isinstance(t, Load) else ScalarRef(renames[t.name], t.dtype)
+            guard = tr(st.guard) if st.guard is not None else None
+            if scope.guard is not None:
+                guard = scope.guard if guard is None else Binary("and", scope.guard, guard,
+                                                                 ir.boolean)
+            self.statements.append(Statement(
+                name=f"S{len(self.statements)}",
+                loops=scope.loops + tuple(Loop(loop_names[lp.var], tr(lp.lo), tr(lp.hi), lp.step)
+                                          for lp in st.loops),
+                position=scope.position + (base + st.position[0],) + st.position[1:],
+                conditions=scope.conditions + tuple(Condition(tr(c.expr), c.positive)
+                                                    for c in st.conditions),
+                guard=guard, target=target, op=st.op, expr=tr(st.expr), line=st.line,
+                source=f"{name}(): {st.source}"))
+        if result_target is not None:
+            if callee.result is None:
+                raise self.err(call, f"kernel {name}() returns nothing")
+            rname, rdt = callee.result
+            self.assign_value(s, result_target, ScalarRef(renames[rname], rdt))
+        return True
+
+    def bind_extent(self, node, callee, param, ext: Expr, mine: Expr, sizes: dict):
+        if isinstance(ext, SizeVar) and ext.name not in sizes:
+            sizes[ext.name] = mine
+            return
+        want = ir.substitute_sizes(ext, sizes) if _sizes_bound(ext, sizes) else None
+        if want is None or ir.expr_str(ir.fold_integer_constants(want)) != \
+                ir.expr_str(ir.fold_integer_constants(mine)):
+            raise self.err(node, f"argument {param!r} of {callee}() has extent "
+                                 f"{ir.expr_str(mine)} where {ir.expr_str(ext)} is expected",
+                           "the called kernel's sizes must match the arrays passed to it")
+
+    def callee_locals(self, callee: ir.Kernel) -> dict:
+        renames = {}
+        for n, dt in callee.locals:
+            renames[n] = self.fresh(f"{callee.name}_{n}")
+            self.locals[renames[n]] = dt
+        return renames
+
+    def fresh(self, base: str) -> str:
+        taken = (self.loop_vars() | set(self.arrays) | set(self.scalars) | set(self.locals)
+                 | set(self.ns))
+        name, k = base, 1
+        while name in taken:
+            k += 1
+            name = f"{base}{k}"
+        return name
 
     def s_AnnAssign(self, s):
         if s.value is None:
@@ -732,7 +863,9 @@ class _KernelParser(_ExprParser):
         self.assign(s, s.target, op, s.value)
 
     def assign(self, s, target_node, op, value_node):
-        value = self.expr(value_node)
+        self.assign_value(s, target_node, self.expr(value_node), op)
+
+    def assign_value(self, s, target_node, value: Expr, op: str = "="):
         if isinstance(target_node, ast.Subscript):
             target = self.subscript_expr(target_node)
             self.written.add(target.array)
@@ -887,6 +1020,15 @@ class _KernelParser(_ExprParser):
         for st in self.statements:
             for ld in st.reads():
                 self.read.add(ld.array)
+
+
+def _sizes_bound(e: Expr, sizes: dict) -> bool:
+    return all(x.name in sizes for x in ir.walk(e) if isinstance(x, SizeVar))
+
+
+def _subst_type(at: ir.ArrayType, sizes: dict) -> ir.ArrayType:
+    """A callee's array type with its sizes replaced by the caller's extents."""
+    return dataclasses.replace(at, shape=tuple(ir.substitute_sizes(e, sizes) for e in at.shape))
 
 
 def parse_kernel(fn) -> ir.Kernel:

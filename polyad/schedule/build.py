@@ -285,7 +285,12 @@ def _map_openmp(node: isl.AstNode, loops: dict, kernel: ir.Kernel, deterministic
         below |= _map_openmp(child, loops, kernel, deterministic,
                              inside_parallel or (info is not None and info.omp_parallel))
     if info is not None:
-        if not below and info.parallel and not info.carried and not info.reductions:
+        # 'omp simd' only on inner loops without private scalars: gcc 12 miscompiles
+        # 'parallel for simd' (and simd with lane-private scalars) in adjoint loops
+        # such as tests/test_ad_primal_values.py::two_writers; the thread loop is
+        # still vectorized by -O3 where that is safe.
+        if (not below and info.parallel and not info.carried and not info.reductions
+                and not info.private and not info.omp_parallel):
             info.simd = True
             info.mapping += "; innermost loop without carried dependences: 'omp simd'"
         return True
@@ -319,7 +324,8 @@ def schedule_kernel(kernel: ir.Kernel, deterministic: bool = False) -> Scheduled
     schedule, origin = program_order, "program order"
     parallel, looped = _parallel_score(ast, loops)
     if parallel < looped:  # some loop nest runs sequentially: ask ISL for a better schedule
-        isl_schedule = _isl_schedule(model, deps)
+        # The scheduler may reorder anything: it needs every dependence, scalars' too.
+        isl_schedule = _isl_schedule(model, dependences(model))
         if isl_schedule is None:
             origin = "program order (the ISL scheduler gave up within its operation quota)"
         else:

@@ -104,7 +104,6 @@ def expand_and_distribute(kernel: ir.Kernel) -> tuple[ir.Kernel, dict[str, str]]
     for pos in sorted(nests, reverse=True):  # later nests first: positions shift behind us
         nest = [st for st in kernel.statements if st.loops and st.position[0] == pos]
         written_scalars = {st.target.name for st in nest if isinstance(st.target, ScalarRef)}
-        targets = {_target(st) for st in nest}
         scatters = [st for st in nest
                     if isinstance(st.target, Load) and st.op in ("+=", "-=")
                     and _scalar_reads(st) & written_scalars]
