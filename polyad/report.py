@@ -302,7 +302,7 @@ def loop_decision(info: LoopInfo) -> str:
     if info.omp_parallel:
         head = "omp parallel for" + (" simd" if info.simd else "")
     elif info.simd:
-        return "omp simd"
+        head = "omp simd"
     elif info.parallel:
         return "parallel, runs sequentially"
     else:
@@ -314,10 +314,10 @@ def loop_decision(info: LoopInfo) -> str:
     clauses += [f"reduction({op}: {', '.join(v)})" for op, v in by_op.items()]
     if info.private:
         clauses.append(f"private({', '.join(sorted(info.private))})")
-    if info.privatized:
+    if info.privatized and info.omp_parallel:
         clauses.append("privatized(" + ", ".join(f"{a}[0:{ir.expr_str(n)}]"
                                                  for a, n in sorted(info.privatized.items())) + ")")
-    if info.atomic:
+    if info.atomic and info.omp_parallel:
         clauses.append(f"atomic {', '.join(sorted(info.atomic))}")
     return head + "".join(" " + c for c in clauses)
 

@@ -95,29 +95,66 @@ class _Emitter:
         return names
 
     # ---- statements ------------------------------------------------------
-    def statement(self, st: ir.Statement, args: list, indent: str, atomic: bool):
-        """Print ``st`` with its loop variables replaced by the AST's iterator expressions."""
-        p = self.printer
-        env = self.names
+    def substituted(self, st: ir.Statement, args: list) -> ir.Statement:
+        """``st`` with its loop variables replaced by the AST's iterator expressions."""
         values = dict(zip(st.loop_vars, args))
-        st = dataclasses.replace(
+        return dataclasses.replace(
             st, target=_subst(st.target, values), expr=_subst(st.expr, values),
             guard=_subst(st.guard, values) if st.guard is not None else None)
+
+    def comment(self, st: ir.Statement) -> str:
+        return f"  // line {st.line}: {st.source[:70]}" if st.source else f"  // line {st.line}"
+
+    def target_text(self, st: ir.Statement) -> str:
         t = st.target
-        target = p.load(t, env) if isinstance(t, Load) else self.names[t.name]
-        value = p.expr(st.expr, env)
-        comment = f"  // line {st.line}: {st.source[:70]}" if st.source else f"  // line {st.line}"
-        body = f"{target} {st.op} {value};"
+        return self.printer.load(t, self.names) if isinstance(t, Load) else self.names[t.name]
+
+    def statement(self, st: ir.Statement, indent: str, atomic: bool):
+        """Print one (substituted) statement, guarded and/or atomic as needed."""
+        p = self.printer
+        body = f"{self.target_text(st)} {st.op} {p.expr(st.expr, self.names)};"
         if st.guard is not None:
-            self.out(indent, f"if ({p.expr(st.guard, env)}) {{")
+            self.out(indent, f"if ({p.expr(st.guard, self.names)}) {{")
             if atomic:
                 self.out(indent + "  ", "#pragma omp atomic")
-            self.out(indent + "  ", body + comment)
+            self.out(indent + "  ", body + self.comment(st))
             self.out(indent, "}")
         else:
             if atomic:
                 self.out(indent, "#pragma omp atomic")
-            self.out(indent, body + comment)
+            self.out(indent, body + self.comment(st))
+
+    def merged(self, group: list, indent: str):
+        """Consecutive updates of one element as one statement, a term per line.
+
+        ``x = 0; x += a; x -= b`` becomes ``x = a - b`` with each term keeping its
+        own line comment: the compiler then loads and stores the element once
+        (gcc does not merge the read-modify-writes of a vectorized loop).
+        """
+        p = self.printer
+        first = group[0]
+        terms = []  # (sign, expression, statement it comes from)
+        if first.op == "=":
+            op, rest = "=", group[1:]
+            if not (isinstance(first.expr, ir.Const) and first.expr.value == 0):
+                terms.append(("+", first.expr, first))
+        else:
+            op, rest = "+=", group
+        for st in rest:
+            sign, e = ("-" if st.op == "-=" else "+"), st.expr
+            if isinstance(e, ir.Unary) and e.op == "neg":  # x += -(a)  ->  ... - a
+                sign, e = ("+" if sign == "-" else "-"), e.a
+            terms.append((sign, e, st))
+        head = f"{self.target_text(first)} {op} "
+        if not terms:
+            self.out(indent, head + "0;" + self.comment(first))
+            return
+        pad = " " * (len(head) - 2)
+        for k, (sign, e, st) in enumerate(terms):
+            text = p.expr(e, self.names, 7 if sign == "-" else 6)
+            lead = head + ("-" if sign == "-" else "") if k == 0 else f"{pad}{sign} "
+            end = ";" if k == len(terms) - 1 else ""
+            self.out(indent, lead + text + end + self.comment(st))
 
     def out(self, indent, text):
         self.lines.append(indent + text)
@@ -126,9 +163,16 @@ class _Emitter:
     def walk(self, node: isl.AstNode, indent: str, iters: dict, atomic: frozenset):
         t = node.get_type()
         if t == isl.ast_node_type.block:
-            ch = node.block_get_children()
-            for k in range(ch.n_ast_node()):
-                self.walk(ch.get_at(k), indent, iters, atomic)
+            kids = _flat_block(node)
+            pending: list = []
+            for kid in kids:
+                if kid.get_type() == isl.ast_node_type.user:
+                    pending.append(self.user_statement(kid, iters))
+                    continue
+                self.statements(pending, indent, atomic)
+                pending = []
+                self.walk(kid, indent, iters, atomic)
+            self.statements(pending, indent, atomic)
         elif t == isl.ast_node_type.for_:
             self.for_loop(node, indent, iters, atomic)
         elif t == isl.ast_node_type.if_:
@@ -141,12 +185,34 @@ class _Emitter:
         elif t == isl.ast_node_type.mark:
             self.walk(node.mark_get_node(), indent, iters, atomic)
         elif t == isl.ast_node_type.user:
-            call = node.user_get_expr()
-            name = call.get_op_arg(0).get_id().get_name()
-            args = [ast_expr_ir(call.get_op_arg(k), iters) for k in range(1, call.get_op_n_arg())]
-            self.statement(self.sk.statement(name), args, indent, name in atomic)
+            self.statements([self.user_statement(node, iters)], indent, atomic)
         else:
             raise NotImplementedError(f"ISL AST node {t}")
+
+    def user_statement(self, node, iters) -> tuple[str, ir.Statement]:
+        call = node.user_get_expr()
+        name = call.get_op_arg(0).get_id().get_name()
+        args = [ast_expr_ir(call.get_op_arg(k), iters) for k in range(1, call.get_op_n_arg())]
+        return name, self.substituted(self.sk.statement(name), args)
+
+    def statements(self, items: list, indent: str, atomic: frozenset):
+        """Print a run of statements, merging consecutive updates of one element."""
+        k = 0
+        while k < len(items):
+            name, st = items[k]
+            group = [st]
+            if _mergeable(st, first=True) and name not in atomic:
+                while (k + len(group) < len(items) and items[k + len(group)][0] not in atomic
+                       and _mergeable(items[k + len(group)][1], first=False)
+                       and items[k + len(group)][1].target == st.target
+                       and not any(_reads(g, st.target) for g in group[1:] +
+                                   [items[k + len(group)][1]])):
+                    group.append(items[k + len(group)][1])
+            if len(group) > 1:
+                self.merged(group, indent)
+            else:
+                self.statement(st, indent, name in atomic)
+            k += len(group)
 
     def ast_c(self, e, iters) -> str:
         text = ast_expr_c(e, iters)
@@ -177,7 +243,8 @@ class _Emitter:
                 clauses.append(f"reduction(+:{', '.join(sections)})")
             if info.private:
                 clauses.append(f"private({', '.join(self.names[v] for v in sorted(info.private))})")
-            head = "parallel for schedule(static)" if info.omp_parallel else "simd"
+            head = ("parallel for" + (" simd" if info.simd else "") + " schedule(static)"
+                    if info.omp_parallel else "simd")
             self.out(indent, f"#pragma omp {head}" + "".join(" " + c for c in clauses))
             if info.omp_parallel:
                 atomic = atomic | info.atomic
@@ -265,6 +332,27 @@ class _Emitter:
         if helpers:
             head += helpers + [""]
         return "\n".join(head + funcs + [sig.declaration(), "{"] + self.lines + ["}", ""])
+
+
+def _flat_block(node: isl.AstNode) -> list:
+    """The children of a block, with nested blocks (mere sequences) spliced in."""
+    ch = node.block_get_children()
+    out = []
+    for k in range(ch.n_ast_node()):
+        kid = ch.get_at(k)
+        out += _flat_block(kid) if kid.get_type() == isl.ast_node_type.block else [kid]
+    return out
+
+
+def _mergeable(st: ir.Statement, first: bool) -> bool:
+    return (isinstance(st.target, Load) and st.guard is None
+            and st.op in (("=", "+=", "-=") if first else ("+=", "-=")))
+
+
+def _reads(st: ir.Statement, target: Load) -> bool:
+    """Does ``st`` read the array of ``target`` (then it cannot join a merged sum)?"""
+    return any(isinstance(x, Load) and x.array == target.array
+               for e in st.exprs() for x in ir.walk(e) if e is not st.target)
 
 
 def _subst(e: ir.Expr, values: dict) -> ir.Expr:
