@@ -314,7 +314,7 @@ def loop_decision(info: LoopInfo) -> str:
     clauses += [f"reduction({op}: {', '.join(v)})" for op, v in by_op.items()]
     if info.private:
         clauses.append(f"private({', '.join(sorted(info.private))})")
-    if info.privatized and info.omp_parallel:
+    if info.privatized:
         clauses.append("privatized(" + ", ".join(f"{a}[0:{ir.expr_str(n)}]"
                                                  for a, n in sorted(info.privatized.items())) + ")")
     if info.atomic and info.omp_parallel:

@@ -237,7 +237,7 @@ class _Emitter:
                 for var, op in sorted(info.reductions.items()):
                     by_op.setdefault(op, []).append(self.names[var])
                 clauses += [f"reduction({op}:{', '.join(v)})" for op, v in by_op.items()]
-            if info.privatized and info.omp_parallel:
+            if info.privatized:
                 sections = [f"{self.names[a]}[0:{self.printer.expr(n, self.names)}]"
                             for a, n in sorted(info.privatized.items())]
                 clauses.append(f"reduction(+:{', '.join(sections)})")

@@ -258,14 +258,16 @@ def _order_dependent(info: LoopInfo, kernel: ir.Kernel) -> str:
 
 
 def _map_openmp(node: isl.AstNode, loops: dict, kernel: ir.Kernel, deterministic: bool,
-                inside_parallel: bool = False) -> bool:
+                enclosing: Optional[LoopInfo] = None) -> bool:
     """Choose ``omp parallel for`` / ``simd`` loops; returns True if a for-node is below.
 
     With ``deterministic``, loops whose parallel form reorders floating-point
     sums (reduction clauses, privatized copies, atomics) stay sequential, so
     results are bit-for-bit the same on every run and thread count.
+    ``enclosing`` is the 'omp parallel for' loop around ``node``, if any.
     """
     info = loop_info(node, loops)
+    inside_parallel = enclosing is not None
     order = _order_dependent(info, kernel) if info is not None and deterministic else ""
     if info is not None and info.parallel and order:
         info.mapping = f"left sequential (deterministic=True): parallel form reorders {order}"
@@ -283,17 +285,22 @@ def _map_openmp(node: isl.AstNode, loops: dict, kernel: ir.Kernel, deterministic
     below = False
     for child in ast_children(node):
         below |= _map_openmp(child, loops, kernel, deterministic,
-                             inside_parallel or (info is not None and info.omp_parallel))
+                             info if info is not None and info.omp_parallel else enclosing)
     if info is not None:
-        # 'omp simd' on innermost loops whose only carried dependences are scalar
+        # 'omp simd' on innermost loops whose only carried dependences are
         # reductions (the clause lets the sum be vectorized: 5x on the TV cost),
         # never with private scalars: gcc 12 miscompiles 'parallel for simd
         # private(...)' (tests/test_ad_primal_values.py::two_writers).
+        # Privatized sums (a filter gradient d_f[k] += ...) get an array-section
+        # reduction clause on the simd loop too: per-lane partial sums. Its final
+        # combine writes the whole section, so inside a thread loop the section
+        # must be that loop's private copy too (else threads race on it).
+        shared = set(info.privatized) - set(enclosing.privatized if enclosing else ())
         if (not below and info.parallel and not info.private and not info.atomic
-                and not info.privatized):
+                and not (inside_parallel and shared)):
             info.simd = True
             info.mapping += ("; innermost loop: 'omp simd'" + (
-                " with the reduction clause" if info.reductions else ""))
+                " with the reduction clause" if info.reductions or info.privatized else ""))
         return True
     return below
 
