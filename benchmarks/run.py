@@ -1,0 +1,509 @@
+#!/usr/bin/env python
+"""polyad benchmark suite (issue #4): generated forward and gradient kernels against
+hand-written OpenMP C, numpy, JAX jit(grad) and PyTorch autograd, in one process.
+
+    python benchmarks/run.py --quick            # 1024x1024, few repeats, < 2 minutes
+    python benchmarks/run.py                    # 2048x2048 and 4096x4096, f32 and f64
+    python benchmarks/run.py --check            # only verify the baselines (fast)
+    python benchmarks/run.py --sizes 2048 --dtype f32 --bench tv deconv_x
+
+For every benchmark, size and dtype it prints the median forward and
+gradient times of each contender, their ratios to the hand-written C
+measured in the same run, the gradient/forward ratio, the achieved
+bandwidth (bytes that must minimally move / median time) and its fraction
+of the STREAM triad bandwidth measured at the start of the run, and the
+error of each result against a float64 reference.  See benchmarks/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.util
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+if str(HERE) not in sys.path:
+    sys.path.insert(0, str(HERE))
+if importlib.util.find_spec("polyad") is None:  # a plain checkout, not pip-installed
+    sys.path.insert(0, str(ROOT))
+
+import numpy as np  # noqa: E402
+
+import check  # noqa: E402
+import frameworks  # noqa: E402
+import stream  # noqa: E402
+import suite  # noqa: E402
+
+ALL_BENCHES = list(suite.BENCHES)
+DEFAULT_BENCHES = list(suite.DEFAULT_BENCHES)
+HW = "hand-written C"
+
+# relative errors above which a result is flagged with '!' in the table: of the cost, and
+# of the gradient (float32 gradients may take the other side of a ReLU kink at the few
+# points whose value rounds across 0, about 1e-4 in the L2 norm)
+ERR_TOL_COST = {"f64": 1e-9, "f32": 1e-4}
+ERR_TOL_GRAD = {"f64": 1e-9, "f32": 1e-3}
+
+
+# ---------------------------------------------------------------------------
+# timing
+# ---------------------------------------------------------------------------
+
+class Timer:
+    """Median of interleaved repeats: round r times every callable once, in turn, so
+    that the machine's background noise hits all contenders alike."""
+
+    def __init__(self, repeats: int, budget_s: float, min_repeats: int = 3, stat: str = "median"):
+        self.repeats = repeats
+        self.budget_s = budget_s
+        self.min_repeats = min_repeats
+        self.stat = {"median": np.median, "min": np.min}[stat]
+
+    def run(self, calls: dict) -> dict:
+        samples = {k: [] for k in calls}
+        spent = {k: 0.0 for k in calls}
+        for _ in range(self.repeats):
+            for k, fn in calls.items():
+                if len(samples[k]) >= self.min_repeats and spent[k] > self.budget_s:
+                    continue
+                t = time.perf_counter()
+                fn()
+                dt = time.perf_counter() - t
+                samples[k].append(dt)
+                spent[k] += dt
+        return {k: (float(self.stat(v)), len(v)) for k, v in samples.items()}
+
+
+def rel_err(a, ref) -> float:
+    """Relative L2 error ||a - ref|| / ||ref||; for tuples of gradients, the worst of them.
+
+    The L2 norm, not the max norm: at a kink (ReLU, |x|) a float32 result may take the
+    other branch than the float64 reference at a handful of points whose value rounds
+    across 0, which is correct behaviour; a wrong border row or column still shows
+    (about 1e-2 on 4096x4096)."""
+    if isinstance(ref, tuple):
+        if not isinstance(a, tuple) or len(a) != len(ref):
+            return float("inf")
+        return max(rel_err(x, r) for x, r in zip(a, ref))
+    a = np.asarray(a, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    if a.shape != ref.shape:
+        return float("inf")
+    if not np.all(np.isfinite(a)):
+        return float("inf")
+    return float(np.linalg.norm((a - ref).ravel()) / max(np.linalg.norm(ref.ravel()), 1e-300))
+
+
+# ---------------------------------------------------------------------------
+# polyad specifics: preallocated gradient output, cold compile time
+# ---------------------------------------------------------------------------
+
+def polyad_with_out(case: suite.Case, impl: suite.Impl) -> str:
+    """Pass preallocated ``d_<wrt>`` arrays (the derived kernel's documented pa.Out
+    parameters) when the kernel has them and zeroes them itself (checked: NaN-filled
+    buffers must give the same result as fresh ones).  Returns a note for the table."""
+    if not callable(impl.grad):
+        return ""
+    gk = suite._polyad_grads.get((case.kernel, case.dtype, case.wrt))
+    kir = getattr(gk, "ir", None)
+    names = [f"d_{w}" for w in case.wrt]
+    outs = {p.name for p in kir.params if p.intent == "out"} if kir is not None else set()
+    if not set(names) <= outs:
+        return "fresh outputs per call"
+    bufs = {n: np.full(case.inputs[i].shape, np.nan, dtype=case.inputs[i].dtype)
+            for n, i in zip(names, case.wrt_index)}
+    try:
+        fresh = tuple(np.array(a, copy=True) for a in impl.grad())
+        got = gk(*case.inputs, **bufs)
+        got = got if isinstance(got, tuple) else (got,)
+        tol = 1e-12 if case.dtype == "f64" else 1e-5  # parallel reductions may reassociate
+        if all(g is bufs[n] for g, n in zip(got, names)) and rel_err(got, fresh) <= tol:
+            inputs = case.inputs
+
+            def grad():
+                out = gk(*inputs, **bufs)
+                return out if isinstance(out, tuple) else (out,)
+            impl.grad = grad
+            return "outputs preallocated"
+    except Exception:
+        pass
+    return "fresh outputs per call"
+
+
+COLD_SCRIPT = textwrap.dedent("""
+    import json, sys, time
+    t0 = time.perf_counter()
+    import numpy as np
+    import polyad as pa
+    sys.path.insert(0, {bench_dir!r})
+    import kernels
+    t1 = time.perf_counter()
+    k = kernels.kernel("tv_cost", {dtype!r})
+    t2 = time.perf_counter()
+    out = {{"import_s": t1 - t0, "parse_s": t2 - t1}}
+    if callable(getattr(pa, "grad", None)):
+        t = time.perf_counter()
+        gk = pa.grad(k, wrt="g")
+        t_ad = time.perf_counter() - t
+        gk.compile()
+        out["grad_s"] = time.perf_counter() - t
+        out["grad_ad_s"] = t_ad
+        g = np.random.rand(5, 6).astype(np.{np_name}); b = g + 1
+        gk(g, b, 0.1)
+    t = time.perf_counter()
+    k.compile()
+    out["fwd_s"] = time.perf_counter() - t
+    print(json.dumps(out))
+""")
+
+
+def cold_compile(dtype: str) -> dict:
+    """Cold compile of the TV gradient and forward: a fresh process and an empty
+    POLYAD_CACHE_DIR (so parse, AD, ISL scheduling, emission and the C compiler all run)."""
+    with tempfile.TemporaryDirectory(prefix="polyad-bench-cold-") as cache:
+        env = dict(os.environ, POLYAD_CACHE_DIR=cache)
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(ROOT)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        script = COLD_SCRIPT.format(bench_dir=str(HERE), dtype=dtype,
+                                    np_name={"f32": "float32", "f64": "float64"}[dtype])
+        proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                              text=True, timeout=600)
+    if proc.returncode != 0:
+        return {"error": (proc.stderr.strip().splitlines() or ["failed"])[-1][:100]}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+# ---------------------------------------------------------------------------
+# one case
+# ---------------------------------------------------------------------------
+
+def run_case(case: suite.Case, timer: Timer, args) -> dict:
+    impls = suite.implementations(case, with_jax=not args.no_jax, with_torch=not args.no_torch)
+    ref_cost, ref_grad = suite.reference_results(case)
+    rows = []
+    calls = {}
+    for impl in impls:
+        row = {"impl": impl.name, "note": "", "fwd": None, "grad": None, "fwd_na": None,
+               "grad_na": None, "err_fwd": None, "err_grad": None, "first_s": 0.0}
+        for kind in ("fwd", "grad"):
+            fn = getattr(impl, kind)
+            if not callable(fn):
+                row[kind + "_na"] = fn
+                continue
+            t = time.perf_counter()
+            try:
+                val = fn()  # warm-up: compiles / JITs on the first call
+            except Exception as exc:
+                row[kind + "_na"] = f"error: {type(exc).__name__}: {str(exc).splitlines()[0][:60]}"
+                setattr(impl, kind, None)
+                continue
+            row["first_s"] += time.perf_counter() - t
+            if kind == "fwd":
+                row["err_fwd"] = abs(float(val) - ref_cost) / max(abs(ref_cost), 1e-300)
+            else:
+                row["err_grad"] = rel_err(val, ref_grad)
+        if impl.name == "polyad" and callable(impl.grad):
+            row["note"] = polyad_with_out(case, impl)
+        for kind in ("fwd", "grad"):
+            fn = getattr(impl, kind)
+            if callable(fn):
+                calls[(impl.name, kind)] = fn
+        rows.append(row)
+    med = timer.run(calls)
+    for row in rows:
+        for kind in ("fwd", "grad"):
+            if (row["impl"], kind) in med:
+                row[kind], row[kind + "_n"] = med[(row["impl"], kind)]
+    hw = next(r for r in rows if r["impl"] == HW)
+    for row in rows:
+        for kind, nbytes in (("fwd", case.fwd_bytes), ("grad", case.grad_bytes)):
+            t = row[kind]
+            row[kind + "_ratio"] = t / hw[kind] if t and hw[kind] else None
+            row[kind + "_gbs"] = nbytes / t / 1e9 if t else None
+        row["grad_over_fwd"] = row["grad"] / row["fwd"] if row["grad"] and row["fwd"] else None
+    return {"bench": case.bench, "title": case.title, "size": case.size, "dtype": case.dtype,
+            "shape": case.shape, "fwd_bytes": case.fwd_bytes, "grad_bytes": case.grad_bytes,
+            "rows": rows}
+
+
+def add_bandwidth(res: dict, bw: float) -> None:
+    """Fractions of the STREAM bandwidth ``bw`` (GB/s)."""
+    for row in res["rows"]:
+        for kind in ("fwd", "grad"):
+            gbs = row[kind + "_gbs"]
+            row[kind + "_bw"] = gbs / bw if gbs and bw else None
+
+
+# ---------------------------------------------------------------------------
+# printing
+# ---------------------------------------------------------------------------
+
+COLS = ("{impl:<15s} {fwd:>9s} {fwdr:>6s} {grad:>9s} {gradr:>6s} {gf:>6s} "
+        "{fgbs:>6s} {fbw:>5s} {ggbs:>6s} {gbw:>5s} {errc:>7s} {errg:>7s} {first:>6s}")
+HEADER = COLS.format(impl="implementation", fwd="fwd ms", fwdr="/hw", grad="grad ms",
+                     gradr="/hw", gf="g/f", fgbs="fGB/s", fbw="f%BW", ggbs="gGB/s",
+                     gbw="g%BW", errc="errC", errg="errG", first="1st s")
+
+
+def _ms(t):
+    if t is None:
+        return "-"
+    ms = t * 1e3
+    return f"{ms:.3g}" if ms < 100 else f"{ms:.0f}"
+
+
+def _x(r):
+    return "-" if r is None else f"{r:.2f}"
+
+
+def _pct(f):
+    return "-" if f is None else f"{100 * f:.0f}%"
+
+
+def _gbs(v):
+    return "-" if v is None else f"{v:.1f}"
+
+
+def _err(e, tol):
+    if e is None:
+        return "-"
+    flag = "!" if e > tol else ""
+    return f"{flag}{e:.0e}" if e > 0 else "0"
+
+
+def format_case(res: dict) -> str:
+    mib = 1e6
+    lines = [f"{res['bench']}: {res['title']}",
+             f"  {res['shape']} {res['dtype']}; minimal traffic fwd {res['fwd_bytes'] / mib:.1f} MB,"
+             f" grad {res['grad_bytes'] / mib:.1f} MB", "  " + HEADER]
+    for row in res["rows"]:
+        if row["fwd"] is None and row["grad"] is None:
+            lines.append("  " + f"{row['impl']:<15s} {row['fwd_na'] or row['grad_na']}")
+            continue
+        line = COLS.format(
+            impl=row["impl"], fwd=_ms(row["fwd"]), fwdr=_x(row["fwd_ratio"]),
+            grad=_ms(row["grad"]) if row["grad"] is not None else "-",
+            gradr=_x(row["grad_ratio"]), gf=_x(row["grad_over_fwd"]),
+            fgbs=_gbs(row["fwd_gbs"]), fbw=_pct(row["fwd_bw"]), ggbs=_gbs(row["grad_gbs"]),
+            gbw=_pct(row["grad_bw"]), errc=_err(row["err_fwd"], ERR_TOL_COST[res["dtype"]]),
+            errg=_err(row["err_grad"], ERR_TOL_GRAD[res["dtype"]]), first=f"{row['first_s']:.2f}")
+        if row["grad"] is None and row["grad_na"] and row["grad_na"] != "-":
+            line += f"  grad: {row['grad_na']}"
+        elif row["note"]:
+            line += f"  ({row['note']})"
+        lines.append("  " + line)
+    return "\n".join(lines)
+
+
+def summarize_targets(results: list, cold: dict) -> list[str]:
+    """The issue's targets, evaluated on this run."""
+    out = []
+
+    def row(res, name):
+        return next((r for r in res["rows"] if r["impl"] == name), None)
+
+    for res in results:
+        if res["bench"] not in ("tv", "deconv", "deconv_x", "deconv_f"):
+            continue
+        p = row(res, "polyad")
+        tag = f"{res['bench']:<9s} {res['shape']:>9s} {res['dtype']}"
+        if p is None or p["grad"] is None:
+            out.append(f"{tag}: polyad gradient n/a ({(p or {}).get('grad_na')})")
+            continue
+        r = p["grad_ratio"]
+        s = f"{tag}: polyad grad / hand-written = {r:.2f} ({'PASS' if r <= 1.15 else 'FAIL'} <= 1.15)"
+        for other in ("jax jit(grad)", "torch autograd"):
+            o = row(res, other)
+            if o is not None and o["grad"] is not None:
+                sp = o["grad"] / p["grad"]
+                s += f"; {other.split()[0]} / polyad = {sp:.1f} ({'PASS' if sp > 1 else 'FAIL'})"
+        if res["bench"] == "tv":
+            gf = p["grad_over_fwd"]
+            s += f"; grad/fwd = {gf:.2f} ({'PASS' if gf <= 3 else 'FAIL'} <= 3)"
+        out.append(s)
+    for dt, c in cold.items():
+        if "error" in c:
+            out.append(f"TV gradient cold compile ({dt}): error {c['error']}")
+        elif "grad_s" in c:
+            out.append(f"TV gradient cold compile ({dt}): {c['grad_s']:.2f} s "
+                       f"({'PASS' if c['grad_s'] < 3 else 'FAIL'} < 3 s; AD {c['grad_ad_s']:.2f} s, "
+                       f"then schedule + emit + cc); forward cold compile {c['fwd_s']:.2f} s; "
+                       f"import polyad {c['import_s']:.2f} s")
+        else:
+            out.append(f"TV gradient cold compile ({dt}): n/a (AD not available); forward cold "
+                       f"compile {c['fwd_s']:.2f} s")
+    return out
+
+
+def polyad_revision(pkg_dir: Path) -> str:
+    """``git <commit>[+uncommitted changes]`` of the polyad package being benchmarked."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=pkg_dir,
+                              capture_output=True, text=True, timeout=10)
+        if head.returncode != 0:
+            return ""
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "."], cwd=pkg_dir,
+                               capture_output=True, text=True, timeout=10).stdout.strip()
+        return f"(git {head.stdout.strip()}{'+uncommitted changes' if dirty else ''})"
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def machine_info() -> list[str]:
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        cc = subprocess.run([os.environ.get("CC", "cc"), "--version"], capture_output=True,
+                            text=True).stdout.splitlines()[0]
+    except (OSError, IndexError):
+        cc = "?"
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (0, 0, 0)
+    versions = [f"python {platform.python_version()}", f"numpy {np.__version__}"]
+    import polyad as pa
+    versions.append(f"polyad {pa.__version__} {polyad_revision(Path(pa.__file__).parent)}"
+                    + ("" if callable(getattr(pa, "grad", None)) else " (no pa.grad)"))
+    return [f"machine: {cpu}, {os.cpu_count()} cores, OMP_NUM_THREADS="
+            f"{os.environ.get('OMP_NUM_THREADS', 'unset')}; {cc}",
+            f"versions: {', '.join(versions)}",
+            f"load average at start: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}"
+            + ("  (busy machine: timings are noisy, ratios are interleaved)" if load[0] > 0.5 else "")]
+
+
+# ---------------------------------------------------------------------------
+# main
+# ---------------------------------------------------------------------------
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(
+        description="Time polyad's generated forward and gradient kernels against "
+                    "hand-written OpenMP C, numpy, JAX and PyTorch.",
+        formatter_class=argparse.RawDescriptionHelpFormatter, epilog=textwrap.dedent("""
+        columns: fwd ms / grad ms = median times; /hw = time / hand-written C time
+        (same run; > 1 is slower); g/f = gradient time / forward time of the same
+        implementation; fGB/s, gGB/s = minimal bytes / time; f%BW, g%BW = that as a
+        fraction of the STREAM triad bandwidth; err = max relative error of cost and
+        gradient vs a float64 reference ('!' = above tolerance); 1st s = first calls
+        (compile / JIT) in seconds."""))
+    ap.add_argument("--quick", action="store_true",
+                    help="1024x1024 (conv 4x(256x256)), few repeats: under 2 minutes")
+    ap.add_argument("--check", action="store_true",
+                    help="only verify the hand-written baselines (and the numpy references) "
+                         "against numpy and finite differences, then exit")
+    ap.add_argument("--sizes", type=int, nargs="+", help="nominal image sizes (default "
+                    "2048 4096; --quick: 1024)")
+    ap.add_argument("--dtype", choices=("f32", "f64", "both"),
+                    help="element type(s) (default: both; --quick: f64)")
+    ap.add_argument("--bench", nargs="+", choices=ALL_BENCHES + ["all"], default=DEFAULT_BENCHES,
+                    help=f"benchmarks to run (default: {' '.join(DEFAULT_BENCHES)}; 'all' adds "
+                         f"the one-parameter gradients deconv_x deconv_f conv_w conv_x)")
+    ap.add_argument("--repeats", type=int, help="timed rounds (default 9 quick, 15 full)")
+    ap.add_argument("--stat", choices=("median", "min"), default="median",
+                    help="statistic of the timed rounds (default median; min is steadier "
+                         "on a machine shared with other work)")
+    ap.add_argument("--no-jax", action="store_true", help="skip JAX even when installed")
+    ap.add_argument("--no-torch", action="store_true", help="skip PyTorch even when installed")
+    ap.add_argument("--no-cold-compile", action="store_true",
+                    help="skip the cold compile-time measurement")
+    ap.add_argument("--json", metavar="FILE", help="also write all numbers as JSON")
+    ap.add_argument("-v", "--verbose", action="store_true", help="print every check")
+    return ap.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    dtype = args.dtype or ("f64" if args.quick else "both")
+    dtypes = ("f32", "f64") if dtype == "both" else (dtype,)
+    t_start = time.perf_counter()
+
+    if not check.run_checks(dtypes, verbose=args.verbose):
+        print("baselines are wrong: not timing anything", file=sys.stderr)
+        return 1
+    if args.check:
+        return 0
+
+    sizes = args.sizes or ([1024] if args.quick else [2048, 4096])
+    repeats = args.repeats or (9 if args.quick else 15)
+    timer = Timer(repeats, budget_s=0.4 if args.quick else 3.0, stat=args.stat)
+    if not args.no_torch:
+        frameworks.torch_available(threads=os.cpu_count() or 1)
+
+    print("\n".join(machine_info()))
+    stream_mib, stream_reps = (64, 5) if args.quick else (256, 10)
+    bw = stream.measure(mib_per_array=stream_mib, repeats=stream_reps)
+    print(f"STREAM (same run, OpenMP C, best of {stream_reps}): triad {bw['triad']:.1f} GB/s, "
+          f"copy {bw['copy']:.1f} GB/s, read-only sum {bw['sum']:.1f} GB/s; "
+          f"%BW columns are fractions of the triad (measured again at the end)", flush=True)
+    for name, avail in (("jax", None if args.no_jax else frameworks.jax_available(x64=True)),
+                        ("torch", None if args.no_torch else frameworks.torch_available())):
+        if avail is None:
+            print(f"{name}: skipped (--no-{name})")
+        else:
+            print(f"{name}: {avail[1] if avail[0] else 'not available (' + avail[1] + ')'}")
+    cmd = "python benchmarks/run.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    print(f"command: {cmd.strip()}")
+    print(f"timing: {args.stat} of {repeats} interleaved rounds (an entry past its time budget "
+          f"stops after 3); "
+          f"sizes {sizes}; dtypes {list(dtypes)}")
+    sys.stdout.flush()
+
+    cold = {}
+    if not args.no_cold_compile:
+        for dt in dtypes:
+            cold[dt] = cold_compile(dt)
+
+    results = []
+    benches = ALL_BENCHES if "all" in args.bench else args.bench
+    todo = [(size, dt, bench) for size in sizes for dt in dtypes for bench in benches]
+    for i, (size, dt, bench) in enumerate(todo, 1):
+        t = time.perf_counter()
+        case = suite.make_case(bench, size, dt)
+        results.append(run_case(case, timer, args))
+        del case
+        gc.collect()
+        print(f"[{i}/{len(todo)}] {bench} {size} {dt}: {time.perf_counter() - t:.0f} s",
+              file=sys.stderr, flush=True)
+
+    # STREAM again at the end; the %BW columns use the better of the two measurements
+    # (the machine's bandwidth, not a moment when other work was running)
+    bw_end = stream.measure(mib_per_array=stream_mib, repeats=stream_reps)
+    best = max(bw["triad"], bw_end["triad"])
+    print(f"STREAM triad at the end: {bw_end['triad']:.1f} GB/s; the %BW columns use "
+          f"{best:.1f} GB/s, the better of start and end")
+    for res in results:
+        add_bandwidth(res, best)
+        print()
+        print(format_case(res))
+    print()
+    print("targets (issue #4):")
+    for line in summarize_targets(results, cold):
+        print("  " + line)
+    total = time.perf_counter() - t_start
+    load = os.getloadavg() if hasattr(os, "getloadavg") else (0, 0, 0)
+    print(f"load average at the end: {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
+          f"total time {total:.0f} s")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"command": cmd, "machine": machine_info(), "stream": bw,
+                       "stream_end": bw_end, "cold": cold,
+                       "results": results, "total_s": total}, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

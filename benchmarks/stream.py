@@ -1,0 +1,60 @@
+"""STREAM-like bandwidth measurement, run in the same process as the benchmarks.
+
+``measure()`` builds ``stream.c`` (OpenMP, same flags as the baselines),
+allocates three float64 arrays much larger than the last-level cache,
+initialises them in parallel (first touch), and reports the best-of-N
+bandwidth in GB/s (1e9 bytes/s) of the triad ``a = b + s*c`` (24 bytes per
+element, STREAM's convention: write-allocate traffic not counted), and also
+of copy (16 B/elt) and a read-only sum (8 B/elt).
+
+Run directly: ``python benchmarks/stream.py [--mib 256]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import numpy as np
+
+import cbuild
+
+CDEF = """
+void stream_init(double *a, double *b, double *c, int64_t n);
+void stream_triad(double *a, const double *b, const double *c, double s, int64_t n);
+void stream_copy(double *a, const double *b, int64_t n);
+double stream_sum(const double *b, int64_t n);
+"""
+
+
+def measure(mib_per_array: int = 256, repeats: int = 10) -> dict:
+    """Best-of-``repeats`` GB/s for triad, copy and sum; keys 'triad', 'copy', 'sum'."""
+    lib = cbuild.CLib(cbuild.HERE / "stream.c", CDEF)
+    n = mib_per_array * (1 << 20) // 8
+    a, b, c = (np.empty(n) for _ in range(3))
+    pa_, pb, pc = (lib.ptr(v, "double") for v in (a, b, c))
+    lib.lib.stream_init(pa_, pb, pc, n)
+    best = {"triad": 0.0, "copy": 0.0, "sum": 0.0}
+    for _ in range(repeats):
+        for name, call, nbytes in (
+                ("triad", lambda: lib.lib.stream_triad(pa_, pb, pc, 3.0, n), 24 * n),
+                ("copy", lambda: lib.lib.stream_copy(pa_, pb, n), 16 * n),
+                ("sum", lambda: lib.lib.stream_sum(pb, n), 8 * n)):
+            t = time.perf_counter()
+            call()
+            dt = time.perf_counter() - t
+            best[name] = max(best[name], nbytes / dt / 1e9)
+    return best
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--mib", type=int, default=256, help="MiB per array (default 256)")
+    ap.add_argument("--repeats", type=int, default=10)
+    args = ap.parse_args()
+    bw = measure(args.mib, args.repeats)
+    print("  ".join(f"{k} {v:.1f} GB/s" for k, v in bw.items()))
+
+
+if __name__ == "__main__":
+    main()
