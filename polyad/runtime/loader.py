@@ -8,6 +8,7 @@ outputs aliasing other arrays, and the size conditions boundary modes need.
 from __future__ import annotations
 
 import re
+import threading
 from typing import Optional
 
 import cffi
@@ -77,6 +78,10 @@ class KernelFunction:
         self._fn = fn
         self._checked_sizes: dict[tuple, None] = {}
         self._params = {p.name: p for p in kernel.params}
+        # Temporaries are reused from call to call (per thread, so concurrent
+        # calls never share one): a fresh large array costs a page fault per
+        # page on every call, more than the kernel itself for big images.
+        self._temp_buffers = threading.local()
 
     # ---- argument binding ----------------------------------------------
     def _bind(self, args, kwargs) -> tuple[dict, dict]:
@@ -194,10 +199,8 @@ class KernelFunction:
             if p.intent == "out":
                 outs.append(arrays[p.name])
         self._check_aliasing(arrays)
-        temps = []
-        for t in k.temps:
-            shape = tuple(max(0, _eval_extent(e, {**sizes, **ints})) for e in t.type.shape)
-            temps.append((np.zeros if t.zero else np.empty)(shape, t.type.dtype.np))
+        temps = [self._temporary(t, tuple(max(0, _eval_extent(e, {**sizes, **ints}))
+                                          for e in t.type.shape)) for t in k.temps]
         result = np.zeros(1, k.result[1].np) if k.result is not None else None
         cargs = []
         temp_iter = iter(temps)
@@ -223,6 +226,18 @@ class KernelFunction:
         if len(outs) == 1:
             return outs[0]
         return tuple(outs) if outs else None
+
+    def _temporary(self, t: ir.Temp, shape: tuple) -> np.ndarray:
+        """This thread's buffer for temporary ``t`` (zero-filled for ``pa.zeros``)."""
+        cache = getattr(self._temp_buffers, "arrays", None)
+        if cache is None:
+            cache = self._temp_buffers.arrays = {}
+        buf = cache.get(t.name)
+        if buf is None or buf.shape != shape:
+            buf = cache[t.name] = np.empty(shape, t.type.dtype.np)
+        if t.zero:
+            buf.fill(0)
+        return buf
 
     def _scalar(self, p: ir.Param, v):
         dt = p.type
