@@ -374,6 +374,32 @@ class Statement:
                 out.append(self.target)
         return out
 
+    @property
+    def target_name(self) -> str:
+        """The array or scalar this statement writes."""
+        return self.target.array if isinstance(self.target, Load) else self.target.name
+
+    def reads_variable(self, name: str) -> bool:
+        """Does the value, a target index or the guard read array or scalar ``name``?
+
+        (The implicit read of a ``+=`` target is not counted: see ``read_names``.)
+        """
+        return any(isinstance(x, Load) and x.array == name
+                   or isinstance(x, ScalarRef) and x.name == name
+                   for e in self.exprs() for x in walk(e))
+
+    def accesses(self, name: str) -> bool:
+        """Does the statement read or write array or scalar ``name``?"""
+        return self.target_name == name or self.reads_variable(name)
+
+    def read_names(self) -> set[str]:
+        """Every array and scalar the statement reads (a ``+=`` target included)."""
+        names = self.scalar_reads()
+        names |= {x.array for e in self.exprs() for x in walk(e) if isinstance(x, Load)}
+        if isinstance(self.target, Load) and self.op != "=":
+            names.add(self.target.array)
+        return names
+
     def scalar_reads(self) -> set[str]:
         names = {e.name for x in self.exprs() for e in walk(x) if isinstance(e, ScalarRef)}
         if isinstance(self.target, ScalarRef) and self.op != "=":
@@ -588,3 +614,26 @@ def walk_many(exprs) -> Iterator[Expr]:
     """All nodes of several expressions."""
     for e in exprs:
         yield from walk(e)
+
+
+def eval_integer(e: Expr, env: dict) -> Optional[int]:
+    """Value of an integer (affine) expression of sizes, integer parameters and loop
+    variables, looked up by name in ``env``; None when a name is missing."""
+    if isinstance(e, Const):
+        return int(e.value)
+    if isinstance(e, (SizeVar, ScalarRef, LoopVar)):
+        v = env.get(e.name)
+        return None if v is None else int(v)
+    if isinstance(e, Cast):
+        return eval_integer(e.a, env)
+    if isinstance(e, Unary) and e.op == "neg":
+        v = eval_integer(e.a, env)
+        return None if v is None else -v
+    if isinstance(e, Binary) and e.op in ("+", "-", "*", "//", "%"):
+        a, b = eval_integer(e.a, env), eval_integer(e.b, env)
+        if a is None or b is None or (e.op in ("//", "%") and b == 0):
+            return None
+        ops = {"+": int.__add__, "-": int.__sub__, "*": int.__mul__, "//": int.__floordiv__,
+               "%": int.__mod__}
+        return ops[e.op](a, b)
+    return None

@@ -385,19 +385,15 @@ def _persists_for_large_sizes(bad_sizes: isl.Set, model: PolyModel) -> bool:
 
 def _bounds_error(kernel, st, ld, verb, d, bad: isl.Set, model: PolyModel, access: str):
     pt = bad.sample_point()
-    env = {}
-    for k, p in enumerate(model.params):
-        env[p] = pt.get_coordinate_val(isl.dim_type.param, k).to_python()
-    for k, v in enumerate(st.loop_vars):
-        env[v] = pt.get_coordinate_val(isl.dim_type.set, k).to_python()
-    from .testing import _Machine  # the interpreter evaluates the index at that point
-    m = _Machine(kernel, {}, {p: env.get(isl_name(p), 0) for p in kernel.int_params},
-                 {s: env[isl_name(s)] for s in kernel.sizes})
-    loop_env = {v: env[v] for v in st.loop_vars}
-    idx = [int(m.eval(i, loop_env)) for i in ld.index]
-    ext = int(m.eval(kernel.array_type(ld.array).shape[d], loop_env))
-    where = ", ".join(f"{v} = {loop_env[v]}" for v in st.loop_vars) or "its only iteration"
-    sizes = ", ".join(f"{s} = {env[isl_name(s)]}" for s in kernel.sizes)
+    dsl_params = list(kernel.sizes) + list(kernel.int_params)  # model.params, unmangled
+    env = {p: pt.get_coordinate_val(isl.dim_type.param, k).to_python()
+           for k, p in enumerate(dsl_params)}
+    env.update({v: pt.get_coordinate_val(isl.dim_type.set, k).to_python()
+                for k, v in enumerate(st.loop_vars)})
+    idx = [ir.eval_integer(i, env) for i in ld.index]
+    ext = ir.eval_integer(kernel.array_type(ld.array).shape[d], env)
+    where = ", ".join(f"{v} = {env[v]}" for v in st.loop_vars) or "its only iteration"
+    sizes = ", ".join(f"{s} = {env[s]}" for s in kernel.sizes)
     msg = (f"{access} {verb} {ld.array}[{', '.join(map(str, idx))}] at {where}"
            f"{' when ' + sizes if sizes else ''}, outside dimension {d} of {ld.array!r} "
            f"(extent {ir.expr_str(kernel.array_type(ld.array).shape[d])} = {ext})")

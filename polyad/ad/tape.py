@@ -38,7 +38,7 @@ from typing import Optional
 import numpy as np
 
 from .. import ir
-from ..ir import Binary, Const, Expr, Load, LoopVar, ScalarRef
+from ..ir import Binary, Expr, Load, LoopVar, ScalarRef
 from . import exprs as X
 from .tree import Item, Leaf, Node, item_of, loops_of
 
@@ -384,18 +384,10 @@ class Resolver:
 
 
 def _eval_int(e: Expr, env) -> int:
-    if isinstance(e, Const):
-        return int(e.value)
-    if isinstance(e, (ir.SizeVar, ScalarRef)):
-        return int(env[e.name])
-    if isinstance(e, ir.Cast):
-        return _eval_int(e.a, env)
-    if isinstance(e, ir.Unary) and e.op == "neg":
-        return -_eval_int(e.a, env)
-    if isinstance(e, Binary):
-        a, b = _eval_int(e.a, env), _eval_int(e.b, env)
-        return {"+": a + b, "-": a - b, "*": a * b, "//": a // b, "%": a % b}[e.op]
-    raise ValueError(f"cannot evaluate extent {ir.expr_str(e)}")
+    v = ir.eval_integer(e, env)
+    if v is None:
+        raise ValueError(f"cannot evaluate extent {ir.expr_str(e)}: give every size it uses")
+    return v
 
 
 def tape_arrays(k: ir.Kernel) -> list[ir.Temp]:

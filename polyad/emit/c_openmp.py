@@ -205,7 +205,7 @@ class _Emitter:
                 while (k + len(group) < len(items) and items[k + len(group)][0] not in atomic
                        and _mergeable(items[k + len(group)][1], first=False)
                        and items[k + len(group)][1].target == st.target
-                       and not any(_reads(g, st.target) for g in group[1:] +
+                       and not any(g.reads_variable(st.target.array) for g in group[1:] +
                                    [items[k + len(group)][1]])):
                     group.append(items[k + len(group)][1])
             if len(group) > 1:
@@ -347,12 +347,6 @@ def _flat_block(node: isl.AstNode) -> list:
 def _mergeable(st: ir.Statement, first: bool) -> bool:
     return (isinstance(st.target, Load) and st.guard is None
             and st.op in (("=", "+=", "-=") if first else ("+=", "-=")))
-
-
-def _reads(st: ir.Statement, target: Load) -> bool:
-    """Does ``st`` read the array of ``target`` (then it cannot join a merged sum)?"""
-    return any(isinstance(x, Load) and x.array == target.array
-               for e in st.exprs() for x in ir.walk(e) if e is not st.target)
 
 
 def _subst(e: ir.Expr, values: dict) -> ir.Expr:

@@ -17,28 +17,8 @@ import numpy as np
 
 from .. import ir
 from ..errors import ArgumentError, DTypeError, ShapeError
-from ..ir import Binary, Const, SizeVar
+from ..ir import SizeVar
 from .toolchain import compile_c
-
-
-def _eval_extent(e: ir.Expr, sizes: dict) -> Optional[int]:
-    """Value of an affine extent (sizes and integer parameters by name), or None if unknown."""
-    if isinstance(e, Const):
-        return int(e.value)
-    if isinstance(e, (SizeVar, ir.ScalarRef)):
-        return sizes.get(e.name)
-    if isinstance(e, ir.Cast):
-        return _eval_extent(e.a, sizes)
-    if isinstance(e, ir.Unary):
-        v = _eval_extent(e.a, sizes)
-        return None if v is None else -v
-    if isinstance(e, Binary):
-        a, b = _eval_extent(e.a, sizes), _eval_extent(e.b, sizes)
-        if a is None or b is None:
-            return None
-        return {"+": a + b, "-": a - b, "*": a * b, "//": a // b if b else 0,
-                "%": a % b if b else 0}[e.op]
-    return None
 
 
 def _solve_extent(e: ir.Expr, value: int, sizes: dict) -> Optional[tuple[str, int]]:
@@ -47,12 +27,12 @@ def _solve_extent(e: ir.Expr, value: int, sizes: dict) -> Optional[tuple[str, in
     if len(unknown) != 1:
         return None
     name = unknown.pop()
-    f0 = _eval_extent(e, {**sizes, name: 0})
-    f1 = _eval_extent(e, {**sizes, name: 1})
+    f0 = ir.eval_integer(e, {**sizes, name: 0})
+    f1 = ir.eval_integer(e, {**sizes, name: 1})
     if f0 is None or f1 is None or f1 == f0:
         return None
     x, rem = divmod(value - f0, f1 - f0)
-    if rem or _eval_extent(e, {**sizes, name: x}) != value:
+    if rem or ir.eval_integer(e, {**sizes, name: x}) != value:
         return None
     return name, x
 
@@ -137,7 +117,7 @@ class KernelFunction:
             progress = False
             for item in list(pending):
                 name, d, ext, n = item
-                v = _eval_extent(ext, sizes)
+                v = ir.eval_integer(ext, sizes)
                 if v is None:
                     solved = _solve_extent(ext, n, sizes)
                     if solved is None:
@@ -194,12 +174,12 @@ class KernelFunction:
         outs = []
         for p in k.params:
             if p.is_array and p.name not in arrays:
-                shape = tuple(_eval_extent(e, sizes) for e in p.type.shape)
+                shape = tuple(ir.eval_integer(e, sizes) for e in p.type.shape)
                 arrays[p.name] = np.zeros(shape, p.type.dtype.np)
             if p.intent == "out":
                 outs.append(arrays[p.name])
         self._check_aliasing(arrays)
-        temps = [self._temporary(t, tuple(max(0, _eval_extent(e, {**sizes, **ints}))
+        temps = [self._temporary(t, tuple(max(0, ir.eval_integer(e, {**sizes, **ints}))
                                           for e in t.type.shape)) for t in k.temps]
         result = np.zeros(1, k.result[1].np) if k.result is not None else None
         cargs = []

@@ -8,7 +8,6 @@ from typing import Optional
 import islpy as isl
 
 from .. import ir
-from ..ir import Load, ScalarRef
 from .cleanup import fuse_zero_initialization, remove_dead_statements
 from .distribute import expand_and_distribute
 from .gather import ascending_order_free_nests, scatter_to_gather, small_target
@@ -100,26 +99,9 @@ def _names(uset) -> frozenset:
 
 def _reduction_op(st: ir.Statement, var: str) -> Optional[str]:
     """The reduction operator if ``st`` only updates ``var`` by ``+=``/``-=``/``*=``."""
-    t = st.target
-    name = t.array if isinstance(t, Load) else t.name
-    if name != var or st.op not in _REDUCTION_OPS:
+    if st.target_name != var or st.op not in _REDUCTION_OPS or st.reads_variable(var):
         return None
-    for e in st.exprs():  # the value, the target's indices and the guard
-        for x in ir.walk(e):
-            if isinstance(x, Load) and x.array == var or isinstance(x, ScalarRef) and x.name == var:
-                return None
     return _REDUCTION_OPS[st.op]
-
-
-def _accesses(st: ir.Statement, var: str) -> bool:
-    t = st.target
-    if (t.array if isinstance(t, Load) else t.name) == var:
-        return True
-    for e in st.exprs():
-        for x in ir.walk(e):
-            if isinstance(x, Load) and x.array == var or isinstance(x, ScalarRef) and x.name == var:
-                return True
-    return False
 
 
 class _LoopAnalysis:
@@ -172,11 +154,11 @@ class _LoopAnalysis:
         for var in sorted(set(self.deps.flow) | set(self.deps.anti) | set(self.deps.output)):
             carried = {kind: self.carried(getattr(self.deps, kind)[var], sched, ldom, depth)
                        for kind in ("flow", "anti", "output") if var in getattr(self.deps, kind)}
-            written = any(_target_name(self.by_name[s]) == var for s in stmts)
+            written = any(self.by_name[s].target_name == var for s in stmts)
             if not any(carried.values()) and not (written and var in self.locals):
                 continue
             any_carried = any_carried or any(carried.values())
-            users = [self.by_name[s] for s in stmts if _accesses(self.by_name[s], var)]
+            users = [self.by_name[s] for s in stmts if self.by_name[s].accesses(var)]
             ops = {_reduction_op(s, var) for s in users}
             if any(carried.values()) and len(ops) == 1 and None not in ops:
                 if var in self.locals:
@@ -214,10 +196,6 @@ def _flat_size(at: ir.ArrayType) -> ir.Expr:
     for ext in at.shape[1:]:
         out = ir.Binary("*", out, ext, ir.i64)
     return out
-
-
-def _target_name(st: ir.Statement) -> str:
-    return st.target.array if isinstance(st.target, Load) else st.target.name
 
 
 def ast_children(node: isl.AstNode) -> list:

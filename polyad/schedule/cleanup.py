@@ -16,6 +16,7 @@ import islpy as isl
 from .. import ir
 from ..ir import Load
 from ..poly import PolyModel, dependences
+from .nests import common_depth
 
 
 def _flow_edges(deps) -> set[tuple[str, str]]:
@@ -74,13 +75,6 @@ def _covers(loops, shape) -> bool:
         for lp, ext in zip(loops, shape))
 
 
-def _touches(st: ir.Statement, array: str) -> bool:
-    t = st.target
-    if isinstance(t, Load) and t.array == array:
-        return True
-    return any(isinstance(x, Load) and x.array == array for e in st.exprs() for x in ir.walk(e))
-
-
 def fuse_zero_initialization(kernel: ir.Kernel) -> tuple[ir.Kernel, tuple[str, ...]]:
     """Move ``T[i, j] = 0`` loops into the loop nest that then accumulates into T.
 
@@ -103,23 +97,21 @@ def fuse_zero_initialization(kernel: ir.Kernel) -> tuple[ir.Kernel, tuple[str, .
             continue
         if sum(1 for s in statements if s.position[0] == z.position[0]) != 1:
             continue
-        later = [s for s in statements if s.position[0] > z.position[0] and _touches(s, t.array)]
+        later = [s for s in statements if s.position[0] > z.position[0] and s.accesses(t.array)]
         if not later:
             continue
         pos2 = min(s.position[0] for s in later)
         nest = [s for s in statements if s.position[0] == pos2]
-        users = [s for s in nest if _touches(s, t.array)]
+        users = [s for s in nest if s.accesses(t.array)]
         d = len(shape)
         head = nest[0]
-        if not all(len(s.loops) >= d and s.loops[:d] == head.loops[:d]
-                   and s.position[:d] == head.position[:d] for s in nest):
+        if common_depth(nest) < d:
             continue
         if not _covers(head.loops[:d], shape):
             continue
         if not all(s.op in ("+=", "-=") and _is_identity_over(s, head.loops[:d])
                    and len(s.target.index) == d
-                   and not any(isinstance(x, Load) and x.array == t.array
-                               for e in s.exprs() for x in ir.walk(e)) for s in users):
+                   and not s.reads_variable(t.array) for s in users):
             continue
         first = min(s.position[d] for s in nest)
         index = tuple(ir.LoopVar(lp.var) for lp in head.loops[:d])

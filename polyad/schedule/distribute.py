@@ -25,27 +25,7 @@ import islpy as isl
 from .. import ir
 from ..ir import Load, LoopVar, ScalarRef
 from ..poly import Dependences, PolyModel, dependences
-
-
-def _common_loops(nest: list) -> int:
-    """How many outer loops (same variables, same bounds, same positions) all statements share."""
-    c = 0
-    first = nest[0]
-    while all(len(st.loops) > c and st.loops[c] == first.loops[c]
-              and st.position[:c + 1] == first.position[:c + 1] for st in nest):
-        c += 1
-    return c
-
-
-def _scalar_reads(st: ir.Statement) -> set[str]:
-    names = set()
-    for e in st.exprs():
-        names |= {x.name for x in ir.walk(e) if isinstance(x, ScalarRef)}
-    return names
-
-
-def _target(st: ir.Statement) -> str:
-    return st.target.array if isinstance(st.target, Load) else st.target.name
+from .nests import common_depth, loop_nests
 
 
 def _maps(umap: isl.UnionMap) -> list:
@@ -94,10 +74,7 @@ def expand_and_distribute(kernel: ir.Kernel) -> tuple[ir.Kernel, dict[str, str]]
 
     Returns the new kernel and decisions (scalar -> what happened to it).
     """
-    nests: dict[int, list] = {}
-    for st in kernel.statements:
-        if st.loops:
-            nests.setdefault(st.position[0], []).append(st)
+    nests = loop_nests(kernel)
     locals_ = dict(kernel.locals)
     result = kernel.result[0] if kernel.result else None
     decisions: dict[str, str] = {}
@@ -106,23 +83,23 @@ def expand_and_distribute(kernel: ir.Kernel) -> tuple[ir.Kernel, dict[str, str]]
         written_scalars = {st.target.name for st in nest if isinstance(st.target, ScalarRef)}
         scatters = [st for st in nest
                     if isinstance(st.target, Load) and st.op in ("+=", "-=")
-                    and _scalar_reads(st) & written_scalars]
+                    and st.scalar_reads() & written_scalars]
         if not scatters:
             continue
         moved = {st.name for st in scatters}
         scatter_targets = {st.target.array for st in scatters}
         rest = [st for st in nest if st.name not in moved]
-        c = _common_loops(nest)
+        c = common_depth(nest)
         why = ""
         if c == 0 or not rest:
             why = "the scatters share no loop with the statements they read from"
         elif max(st.position[c] for st in rest) >= min(st.position[c] for st in scatters):
             why = "other statements follow the scatters in the loop body"
-        elif any(_target(st) in scatter_targets and st.name not in moved for st in nest) or any(
+        elif any(st.target_name in scatter_targets and st.name not in moved for st in nest) or any(
                 t in (ld.array for e in st.exprs() for ld in ir.loads(e))
                 for st in nest for t in scatter_targets):
             why = "the scatter targets are also read or assigned in the nest"
-        expand = set().union(*[_scalar_reads(st) & written_scalars for st in scatters])
+        expand = set().union(*[st.scalar_reads() & written_scalars for st in scatters])
         if not why and expand & {result}:
             why = "the scatters read the returned value"
         shape = _expansion_shape(nest[0].loops[:c]) if not why else None

@@ -24,22 +24,10 @@ import itertools
 import islpy as isl
 
 from .. import ir
-from ..ir import Condition, Load, Loop, LoopVar, ScalarRef
+from ..ir import Condition, Load, Loop, LoopVar
 from ..poly import (PolyModel, aff_to_expr, dependences, inverse_pieces, param_exprs,
                     set_to_condition)
-
-
-def _written(st: ir.Statement) -> str:
-    return st.target.array if isinstance(st.target, Load) else st.target.name
-
-
-def _read_names(st: ir.Statement) -> set[str]:
-    names = set(st.scalar_reads())
-    for e in st.exprs():
-        names |= {x.array for x in ir.walk(e) if isinstance(x, Load)}
-    if isinstance(st.target, Load) and st.op != "=":
-        names.add(st.target.array)
-    return names
+from .nests import common_depth, loop_nests
 
 
 def _is_identity_write(st: ir.Statement) -> bool:
@@ -53,26 +41,17 @@ def _legal(st: ir.Statement, nest: list) -> str:
     """Empty if re-ordering ``st``'s instances is safe inside its nest, else why not."""
     if st.op not in ("+=", "-="):
         return f"it assigns with '{st.op}'"
-    target = _written(st)
+    target = st.target_name
     for other in nest:
-        if _written(other) == target and other.op not in ("+=", "-="):
+        if other.target_name == target and other.op not in ("+=", "-="):
             return f"{target!r} is also assigned in the loop nest (line {other.line})"
-        if _reads_inside(other, target):
+        if other.reads_variable(target):
             return f"{target!r} is read in the loop nest (line {other.line})"
-    written = {_written(o) for o in nest}
-    clash = (_read_names(st) - {target}) & written
+    written = {o.target_name for o in nest}
+    clash = (st.read_names() - {target}) & written
     if clash:
         return f"it reads {', '.join(sorted(clash))}, written in the same loop nest"
     return ""
-
-
-def _reads_inside(st: ir.Statement, var: str) -> bool:
-    """Does ``st`` read ``var`` other than as the target of its own update?"""
-    for e in st.exprs():
-        for x in ir.walk(e):
-            if isinstance(x, Load) and x.array == var or isinstance(x, ScalarRef) and x.name == var:
-                return True
-    return False
 
 
 def _ascending(lp: Loop) -> Loop:
@@ -89,15 +68,6 @@ def _ascending(lp: Loop) -> Loop:
     lo = ir.Binary("+", lp.hi, one, i64) if s == 1 else first
     return Loop(lp.var, ir.fold_integer_constants(lo),
                 ir.fold_integer_constants(ir.Binary("+", lp.lo, one, i64)), s)
-
-
-def _common_depth(nest: list) -> int:
-    """How many outer loops (same loop, same position) all statements of a nest share."""
-    c, first = 0, nest[0]
-    while all(len(st.loops) > c and st.loops[c] == first.loops[c]
-              and st.position[:c + 1] == first.position[:c + 1] for st in nest):
-        c += 1
-    return c
 
 
 def _independent_iterations(nest: list, c: int, deps, locals_: set) -> bool:
@@ -129,7 +99,7 @@ def _variables(nest: list) -> set:
     """Arrays and scalars the statements of a nest access."""
     names = set()
     for st in nest:
-        names |= _read_names(st) | {_written(st)}
+        names |= st.read_names() | {st.target_name}
     return names
 
 
@@ -142,10 +112,7 @@ def ascending_order_free_nests(kernel: ir.Kernel) -> ir.Kernel:
     dependence (independent iterations), those loops may. Ascending loops give
     unit-stride, vectorizable code.
     """
-    nests: dict[int, list] = {}
-    for st in kernel.statements:
-        if st.loops:
-            nests.setdefault(st.position[0], []).append(st)
+    nests = loop_nests(kernel)
     flip: dict[int, int] = {}  # nest position -> how many outer loops to flip
     locals_ = set(dict(kernel.locals))
     for pos, nest in nests.items():
@@ -154,7 +121,7 @@ def ascending_order_free_nests(kernel: ir.Kernel) -> ir.Kernel:
         if all(not _legal(st, nest) for st in nest):
             flip[pos] = max(len(st.loops) for st in nest)
             continue
-        c = _common_depth(nest)
+        c = common_depth(nest)
         if c:
             used = _variables(nest)
             deps = dependences(PolyModel(kernel), variables=used,
@@ -243,10 +210,7 @@ def scatter_to_gather(kernel: ir.Kernel, model: PolyModel) -> tuple[ir.Kernel, d
     Returns the new kernel and, per original statement name that was a
     scatter, the decision taken ("gather" or why it stays a scatter).
     """
-    nests: dict[int, list] = {}
-    for st in kernel.statements:
-        if st.loops:
-            nests.setdefault(st.position[0], []).append(st)
+    nests = loop_nests(kernel)
     params = param_exprs(kernel)
     decisions: dict[str, str] = {}
     out = []
