@@ -16,20 +16,10 @@ from polyad.testing import interpret
 from ad_helpers import (assert_close, check_against_fd, check_grad, check_vjp_against_fd,
                         custom_vjp, derivative, fd_grad, grad, run, scalar_fn,
                         value_and_grad, vjp)
+from tv_kernel import tv_cost
 
 M, N = pa.sizes("M N")
 (K,) = pa.sizes("K")
-
-
-@pa.kernel
-def tv_cost(g: pa.f64[M, N].clamped, b: pa.f64[M, N], lam: pa.f64) -> pa.f64:
-    C = 0.0
-    for m in range(M):
-        for n in range(N):
-            C += (g[m, n] - b[m, n]) ** 2
-            C += lam * abs(g[m, n - 1] - g[m, n])
-            C += lam * abs(g[m - 1, n] - g[m, n])
-    return C
 
 
 def _tv_numpy(g, b, lam):

@@ -20,6 +20,7 @@ import pytest
 import polyad as pa
 from ad_helpers import (assert_close, compiler_issue, fd_grad, grad, run, run_reference,
                         scalar_fn, value_and_grad)
+from tv_kernel import tv_cost
 
 M, N = pa.sizes("M N")
 K, L = pa.sizes("K L")
@@ -53,17 +54,6 @@ def _pad(x, p, mode):
 
 
 # ---- 1. TV cost (clamped), DESIGN §1 ----------------------------------------
-
-@pa.kernel
-def tv_cost(g: pa.f64[M, N].clamped, b: pa.f64[M, N], lam: pa.f64) -> pa.f64:
-    C = 0.0
-    for m in range(M):
-        for n in range(N):
-            C += (g[m, n] - b[m, n]) ** 2
-            C += lam * abs(g[m, n - 1] - g[m, n])
-            C += lam * abs(g[m - 1, n] - g[m, n])
-    return C
-
 
 def jax_tv(g, b, lam):
     import jax.numpy as jnp
