@@ -2,15 +2,18 @@
 
 The package is the one README.md spells out (``<!-- test: file ... -->``
 blocks). It is installed with pip into a fresh virtualenv (system site
-packages for islpy/cffi/numpy, this checkout of polyad on PYTHONPATH), then
+packages of the environment running the tests, for islpy/cffi/numpy, made
+visible through a ``.pth`` file; this checkout of polyad on PYTHONPATH), then
 imported and run from elsewhere with no usable C compiler and an empty
 compile cache: nothing may be compiled at import or call time.
 """
 
 import json
 import os
+import site as site_module
 import subprocess
 import sys
+import sysconfig
 import venv
 
 import numpy as np
@@ -46,8 +49,19 @@ def test_package_built_with_ffibuilder_runs_without_jit(tmp_path, monkeypatch):
         (project / name).parent.mkdir(parents=True, exist_ok=True)
         (project / name).write_text(text)
     env_dir = tmp_path / "venv"
-    venv.create(env_dir, system_site_packages=True, with_pip=False)
+    venv.create(env_dir, system_site_packages=False, with_pip=False)
     python = env_dir / "bin" / "python"
+    # The packages of the environment running this test (pip, islpy, cffi,
+    # numpy, setuptools), never the base interpreter's: on a fresh machine
+    # that one has none of them.
+    nested_purelib = subprocess.run([str(python), "-c", "import sysconfig; "
+                                     "print(sysconfig.get_paths()['purelib'])"],
+                                    capture_output=True, text=True, check=True).stdout.strip()
+    parent_paths = [p for p in dict.fromkeys(site_module.getsitepackages()
+                                             + [sysconfig.get_paths()["purelib"]])
+                    if os.path.isdir(p)]
+    with open(os.path.join(nested_purelib, "parent_env.pth"), "w") as pth:
+        pth.write("\n".join(parent_paths) + "\n")
     env = cli_env(PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_INPUT="1")
     proc = subprocess.run([str(python), "-m", "pip", "install", "--no-build-isolation",
                            "--no-deps", "--no-index", "-q", str(project)],
