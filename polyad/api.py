@@ -1,7 +1,8 @@
 """The user-facing objects: ``@pa.kernel``, ``@pa.func``, ``pa.sizes``, ``pa.compile``.
 
-This module sits on top of the pipeline (frontend -> IR -> ad -> schedule ->
-emit -> runtime) and ties the stages together for a user.
+This module sits on top of the pipeline (``polyad.pipeline.compile_kernel``:
+frontend -> IR -> schedule -> target plan -> emit; then the target's loader)
+and ties the stages together for a user.
 """
 
 from __future__ import annotations
@@ -10,10 +11,10 @@ import functools
 from typing import Optional
 
 from . import ir
-from .emit.c_openmp import emit_openmp, signature
 from .frontend.python_dsl import parse_func, parse_kernel
-from .runtime.loader import CompiledKernel
-from .schedule import schedule_kernel
+from .pipeline import Artifact, Options, compile_kernel
+from .report import explain
+from .runtime.loader import KernelFunction
 
 
 def sizes(names: str) -> tuple[ir.Size, ...]:
@@ -58,9 +59,6 @@ def func(fn) -> Func:
     return Func(fn)
 
 
-TARGETS = ("openmp",)
-
-
 class Kernel:
     """A ``@pa.kernel`` function: its IR (``.ir``), compiled lazily on first call.
 
@@ -76,22 +74,24 @@ class Kernel:
             self.__name__ = ir_kernel.name
         self.ir = ir_kernel
         self.__polyad_kernel__ = ir_kernel
+        self._artifacts: dict = {}
         self._compiled: dict = {}
 
+    def artifact(self, options: Options = Options()) -> Artifact:
+        """The pipeline's result for ``options`` (scheduled, planned, emitted; cached)."""
+        key = options.source_options
+        if key not in self._artifacts:
+            self._artifacts[key] = compile_kernel(self.ir, key)
+        return self._artifacts[key]
+
     def compile(self, target: str = "openmp", sanitize: Optional[str] = None,
-                deterministic: bool = False) -> CompiledKernel:
+                deterministic: bool = False) -> KernelFunction:
         """Schedule, emit and compile (cached per option set); see ``pa.compile``."""
-        if target not in TARGETS:
-            raise ValueError(f"unknown target {target!r}; choose one of {TARGETS}")
-        if sanitize not in (None, "address"):
-            raise ValueError("sanitize must be None or 'address'")
-        key = (target, sanitize, bool(deterministic))
-        if key not in self._compiled:
-            sk = schedule_kernel(self.ir, deterministic=bool(deterministic))
-            source = emit_openmp(sk)
-            self._compiled[key] = CompiledKernel(sk.kernel, source, signature(sk.kernel),
-                                                 sk.requirements, sk.model.params, sanitize)
-        return self._compiled[key]
+        options = Options(target, deterministic, sanitize)
+        if options not in self._compiled:
+            art = self.artifact(options)
+            self._compiled[options] = art.target.load(art, sanitize)
+        return self._compiled[options]
 
     @property
     def source(self) -> str:
@@ -101,7 +101,6 @@ class Kernel:
     def explain(self, format: str = "text", target: str = "openmp",
                 deterministic: bool = False) -> str:
         """The report of ``pa.explain(self, ...)``: how this kernel is scheduled and emitted."""
-        from .report import explain
         return explain(self, format, target, deterministic)
 
     def __call__(self, *args, **kwargs):
@@ -117,7 +116,7 @@ def kernel(fn) -> Kernel:
 
 
 def compile(k: Kernel, target: str = "openmp", sanitize: Optional[str] = None,
-            deterministic: bool = False) -> CompiledKernel:
+            deterministic: bool = False) -> KernelFunction:
     """Compile kernel ``k`` now; returns a callable with ``.source`` (the generated C).
 
     ``sanitize="address"`` builds with AddressSanitizer (load it in a process

@@ -31,41 +31,21 @@ import cffi
 import islpy as isl
 
 from . import ir
-from .emit.c_openmp import POLYAD_VERSION, CSignature, emit_openmp, signature
 from .derivatives import DerivedKernel
+from .emit.c_openmp import POLYAD_VERSION, CSignature, cname
 from .emit.header import c_header
 from .errors import PolyadError
 from .logconf import logger
+from .pipeline import Artifact, Options, artifact_of, kernel_ir
 from .poly import SizeRequirement
 from .progress import Progress
 from .runtime.loader import KernelFunction, c_prototype
-from .schedule import ScheduledKernel, schedule_kernel
+from .schedule import ScheduledKernel
+from .target import get_target
 
-TARGETS = ("openmp",)
-PLANNED_TARGETS = ("cuda",)
 METADATA_FORMAT = 1
 
 KernelsArg = Union[Iterable, Mapping[str, object]]
-
-
-def check_target(target: str) -> None:
-    """Raise ValueError unless ``target`` is a code generator this polyad has."""
-    if target in TARGETS:
-        return
-    if target in PLANNED_TARGETS:
-        raise ValueError(f"the {target!r} target is not available yet in polyad "
-                         f"{POLYAD_VERSION}; use target 'openmp'")
-    raise ValueError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
-
-
-def kernel_ir(kernel) -> ir.Kernel:
-    """The IR of a ``pa.Kernel`` (primal or derived) or of an ``ir.Kernel`` itself."""
-    if isinstance(kernel, ir.Kernel):
-        return kernel
-    k = getattr(kernel, "ir", None)
-    if isinstance(k, ir.Kernel):
-        return k
-    raise TypeError(f"expected a polyad kernel, got {type(kernel).__name__}")
 
 
 def named_kernels(kernels: KernelsArg) -> list[ir.Kernel]:
@@ -93,7 +73,7 @@ def _named(kernels: KernelsArg) -> list[tuple[ir.Kernel, object]]:
         raise ValueError("no kernels given")
     seen: dict[str, ir.Kernel] = {}
     for k in out:
-        c_name = signature(k).name
+        c_name = cname(k.name)
         if c_name in seen:
             raise ValueError(f"two kernels are named {k.name!r} ({seen[c_name].filename}:"
                              f"{seen[c_name].line} and {k.filename}:{k.line}); pass a dict "
@@ -104,13 +84,20 @@ def _named(kernels: KernelsArg) -> list[tuple[ir.Kernel, object]]:
 
 @dataclass
 class EmittedKernel:
-    """One kernel written by ``emit_sources``: its files and the pipeline objects."""
+    """One kernel written by ``emit_sources``: its files and the pipeline's artifact."""
 
     name: str
     c_file: Path
     h_file: Path
-    scheduled: ScheduledKernel
-    signature: CSignature
+    artifact: Artifact
+
+    @property
+    def scheduled(self) -> ScheduledKernel:
+        return self.artifact.scheduled
+
+    @property
+    def signature(self) -> CSignature:
+        return self.artifact.signature
 
 
 def emit_sources(kernels: KernelsArg, directory: Union[str, os.PathLike],
@@ -124,22 +111,23 @@ def emit_sources(kernels: KernelsArg, directory: Union[str, os.PathLike],
     ``progress`` (default: when there are two kernels or more) shows a
     progress display on stderr.
     """
-    check_target(target)
-    irs = named_kernels(kernels)
+    options = Options(target, deterministic)
+    pairs = _named(kernels)
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     out = []
-    with Progress(len(irs), "emitting", enabled=progress) as bar:
-        for k in irs:
+    with Progress(len(pairs), "emitting", enabled=progress) as bar:
+        for k, obj in pairs:
             with bar.step(k.name):
-                sk = schedule_kernel(k, deterministic=deterministic)
-                sig = signature(sk.kernel)
-                c_file = directory / f"{sig.name}.c"
+                # a renamed kernel (dict form) is compiled under its new name
+                art = artifact_of(obj if kernel_ir(obj) is k else k, options)
+                sig = art.signature
+                c_file = directory / f"{sig.name}{art.target.source_suffix}"
                 h_file = directory / f"{sig.name}.h"
-                _write(h_file, c_header(sk))
-                _write(c_file, _with_include(emit_openmp(sk), h_file.name))
+                _write(h_file, c_header(art.scheduled, sig))
+                _write(c_file, _with_include(art.source, h_file.name))
                 logger.debug("wrote %s and %s", c_file, h_file)
-                out.append(EmittedKernel(k.name, c_file, h_file, sk, sig))
+                out.append(EmittedKernel(k.name, c_file, h_file, art))
     return out
 
 
@@ -182,7 +170,7 @@ def ffibuilder(module_name: str, kernels: KernelsArg, target: str = "openmp", *,
     ``ffibuilder = polyad.build.ffibuilder(...)``; or call ``.compile()`` on
     it. At run time ``polyad.build.load("mypkg._kernels")`` calls them.
     """
-    check_target(target)
+    get_target(target)
     if not all(part.isidentifier() for part in module_name.split(".")):
         raise ValueError(f"module name {module_name!r} is not a dotted Python name")
     directory = Path(source_dir) if source_dir is not None else \

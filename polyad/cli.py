@@ -26,6 +26,7 @@ from typing import Optional
 from . import api, build, logconf, report
 from .errors import DSLError, PolyadError
 from .runtime import toolchain
+from .target import get_target
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -131,7 +132,7 @@ def derive(kernel: api.Kernel, args) -> api.Kernel:
 
 def _check_target(target: str) -> None:
     try:
-        build.check_target(target)
+        get_target(target)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 

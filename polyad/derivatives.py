@@ -30,6 +30,7 @@ from . import ad, ir
 from .ad import funcs as _ad_funcs
 from .ad import rules as _ad_rules
 from .api import Func, Kernel
+from .pipeline import kernel_ir
 from .testing import bind_args, call_interpreted
 
 __all__ = ["grad", "value_and_grad", "vjp", "check_grad", "derivative", "custom_vjp",
@@ -38,15 +39,6 @@ __all__ = ["grad", "value_and_grad", "vjp", "check_grad", "derivative", "custom_
 NoGradientPathWarning = ad.NoGradientPathWarning
 
 _RULES_VERSION = [0]
-
-
-def _ir_of(k) -> ir.Kernel:
-    if isinstance(k, ir.Kernel):
-        return k
-    kir = getattr(k, "ir", None)
-    if isinstance(kir, ir.Kernel):
-        return kir
-    raise TypeError(f"expected a polyad kernel (@pa.kernel), got {k!r}")
 
 
 # --------------------------------------------------------------------------
@@ -72,11 +64,11 @@ class DerivedKernel(Kernel):
         super().__init__(ir_kernel=ir_kernel)
         self.__name__ = ir_kernel.name
         self.__qualname__ = ir_kernel.name
-        self.__doc__ = f"{kind} of {_ir_of(primal).name} with respect to {wrt!r}"
+        self.__doc__ = f"{kind} of {kernel_ir(primal).name} with respect to {wrt!r}"
         self.kind = kind
         self.primal = primal
         self.wrt = wrt
-        self.wrt_names = ad.check_wrt(_ir_of(primal), wrt)
+        self.wrt_names = ad.check_wrt(kernel_ir(primal), wrt)
 
     def __call__(self, *args, **kwargs):
         return self.package(Kernel.__call__(self, *args, **kwargs))
@@ -88,7 +80,7 @@ class DerivedKernel(Kernel):
             value, outs = raw[0], list(raw[1:])
         else:
             value, outs = None, list(raw) if n > 1 else [raw]
-        pk = _ir_of(self.primal)
+        pk = kernel_ir(self.primal)
         grads = []
         for name, o in zip(self.wrt_names, outs):
             p = pk.param(name)
@@ -243,7 +235,7 @@ def check_grad(k, wrt, *args, eps: Optional[float] = None, directions: int = 3,
     derived kernel in the reference interpreter instead of compiling them (to
     tell an AD error from a compiler error).
     """
-    kobj = k if isinstance(k, Kernel) else Kernel(ir_kernel=_ir_of(k))
+    kobj = k if isinstance(k, Kernel) else Kernel(ir_kernel=kernel_ir(k))
     pk = kobj.ir
     names = ad.check_wrt(pk, wrt)
     bound, sizes = bind_args(pk, args, kwargs)

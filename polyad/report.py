@@ -1,7 +1,8 @@
 """``pa.explain``: a readable report of how polyad compiles one kernel.
 
-The report is read off the real pipeline objects of ``schedule_kernel`` (one
-source of truth: nothing is decided again here):
+The report is read off the ``Artifact`` of ``polyad.pipeline`` (the very
+objects the compiled kernel comes from: nothing is scheduled, planned or
+emitted again here):
 
 - the signature (DSL and C) and the size requirements checked at call time;
 - every statement with its DSL line, iteration domain and access relations,
@@ -10,8 +11,9 @@ source of truth: nothing is decided again here):
 - the scatter-to-gather decisions;
 - the flow / anti / output dependences, one relation per statement pair;
 - the ISL schedule tree and the AST it generates, each loop annotated with
-  the dependence test's answer (parallel, reduction, private, atomic, simd)
-  and why;
+  the dependence test's facts and the target plan's decision (parallel,
+  reduction, private, atomic, simd) and why, under the iterator name the
+  source uses;
 - temporary (and tape) arrays with their sizes;
 - the generated source.
 
@@ -29,13 +31,11 @@ import islpy as isl
 
 from . import ir
 from .ad import tape_arrays
-from .build import check_target, kernel_ir
-from .emit.c_openmp import emit_openmp, signature
 from .emit.cexpr import ast_expr_c
 from .ir import Binary, Const, Load, ScalarRef
+from .pipeline import Artifact, Options, artifact_of
 from .poly import PolyModel, boundary_access_map
-from .schedule import LoopInfo, ScheduledKernel, schedule_kernel
-from .schedule.build import loop_info
+from .schedule import ScheduledKernel
 
 FORMATS = ("text", "json", "dot")
 DEPENDENCE_KINDS = (("flow", "read after write"), ("anti", "write after read"),
@@ -71,20 +71,23 @@ def report(kernel, target: str = "openmp", deterministic: bool = False) -> dict:
     temporaries source``.
     ISL objects appear in ISL's own notation.
     """
-    check_target(target)
-    k = kernel_ir(kernel)
+    return artifact_report(artifact_of(kernel, Options(target, deterministic)))
+
+
+def artifact_report(art: Artifact) -> dict:
+    """The report (see ``report``) of one compilation's artifact."""
+    k = art.kernel
     tapes = {t.name for t in tape_arrays(k)}
-    sk = schedule_kernel(k, deterministic=bool(deterministic))
-    source = emit_openmp(sk)
-    outline = _Outline(sk)
+    sk = art.scheduled
+    outline = _Outline(art.plan)
     outline.walk(sk.ast, 0, {})
-    sig = signature(sk.kernel)
+    sig = art.signature
     return {
         "kernel": k.name,
         "file": k.filename,
         "line": k.line,
-        "target": target,
-        "deterministic": bool(deterministic),
+        "target": art.options.target,
+        "deterministic": art.options.deterministic,
         "params": [_param(p) for p in k.params],
         "result": None if k.result is None else {"name": k.result[0], "dtype": k.result[1].name},
         "sizes": list(k.sizes),
@@ -101,7 +104,7 @@ def report(kernel, target: str = "openmp", deterministic: bool = False) -> dict:
         "loops": outline.loops,
         "ast": outline.lines,
         "temporaries": [_temp(t, tapes) for t in k.temps],
-        "source": source,
+        "source": art.source,
     }
 
 
@@ -297,35 +300,11 @@ def _member_schedule(upa: isl.UnionPwAff) -> dict[str, str]:
 # --------------------------------------------------------------------------
 
 
-def loop_decision(info: LoopInfo) -> str:
-    """One line: what the code generator does with a loop (from its LoopInfo)."""
-    if info.omp_parallel:
-        head = "omp parallel for" + (" simd" if info.simd else "")
-    elif info.simd:
-        head = "omp simd"
-    elif info.parallel:
-        return "parallel, runs sequentially"
-    else:
-        return "sequential"
-    clauses = []
-    by_op: dict[str, list[str]] = {}
-    for var, op in sorted(info.reductions.items()):
-        by_op.setdefault(op, []).append(var)
-    clauses += [f"reduction({op}: {', '.join(v)})" for op, v in by_op.items()]
-    if info.private:
-        clauses.append(f"private({', '.join(sorted(info.private))})")
-    if info.privatized:
-        clauses.append("privatized(" + ", ".join(f"{a}[0:{ir.expr_str(n)}]"
-                                                 for a, n in sorted(info.privatized.items())) + ")")
-    if info.atomic and info.omp_parallel:
-        clauses.append(f"atomic {', '.join(sorted(info.atomic))}")
-    return head + "".join(" " + c for c in clauses)
-
-
-def loop_reasons(info: LoopInfo, sk: ScheduledKernel) -> list[str]:
-    """Why the dependence test and the mapping pass decided as they did."""
+def loop_reasons(lp, sk: ScheduledKernel) -> list[str]:
+    """Why the dependence test (``lp.facts``) and the target's plan (``lp``) decided so."""
+    info = lp.facts
     if not info.parallel:
-        return [info.reason]
+        return [info.why_not_parallel]
     out = []
     if not info.carried:
         out.append("no dependence is carried by this loop")
@@ -335,24 +314,25 @@ def loop_reasons(info: LoopInfo, sk: ScheduledKernel) -> list[str]:
     for var in sorted(info.private):
         out.append(f"scalar {var!r} is written before it is read in every iteration: "
                    f"each thread gets a private copy")
-    for var, n in sorted(info.privatized.items()):
+    for var, n in sorted(lp.privatized.items()):
         out.append(f"{var!r} is a small scatter target ({ir.expr_str(n)} elements): each thread "
                    f"adds into its own copy, summed at the end (array-section reduction)")
-    for name in sorted(info.atomic):
+    for name in sorted(lp.atomic):
         st = sk.statement(name)
         target = st.target.array if isinstance(st.target, Load) else st.target.name
         out.append(f"{name} scatters into {target!r} with '{st.op}' across iterations: "
                    f"parallel with atomic updates")
-    if info.mapping:
-        out.append(info.mapping)
+    if lp.mapping:
+        out.append(lp.mapping)
     return out
 
 
 class _Outline:
     """Walks the ISL AST: C-like lines with each loop's decision, and the loop records."""
 
-    def __init__(self, sk: ScheduledKernel):
-        self.sk = sk
+    def __init__(self, plan):
+        self.plan = plan
+        self.sk = plan.scheduled
         self.lines: list[str] = []
         self.loops: list[dict] = []
 
@@ -383,54 +363,27 @@ class _Outline:
             self.out(depth, f"{call.get_op_arg(0).get_id().get_name()}({', '.join(args)})")
 
     def for_loop(self, node: isl.AstNode, depth: int, names: dict) -> None:
+        lp = self.plan.loop(node)
+        info = lp.facts
         it = node.for_get_iterator().get_id().get_name()
-        dsl = set()
-        self._dsl_vars(node.for_get_body(), it, dsl)
-        name = dsl.pop() if len(dsl) == 1 else it
-        if name in names.values():
-            name = it
+        name = lp.iterator
         names = {**names, it: name}
         init = ast_expr_c(node.for_get_init(), names)
         cond = _strip(ast_expr_c(node.for_get_cond(), names))
         inc = ast_expr_c(node.for_get_inc(), names)
-        info = loop_info(node, self.sk.loops)
         key = f"L{len(self.loops)}"
-        decision = loop_decision(info)
+        decision = lp.decision()
         self.out(depth, f"for ({name} = {init}; {cond}; {name} += {inc})    [{key}: {decision}]")
         self.loops.append({
-            "id": key, "annotation": node.get_annotation().get_name(),
+            "id": key, "annotation": info.key,
             "iterator": name, "depth": info.depth,
             "statements": sorted(info.statements), "decision": decision,
-            "parallel": info.parallel, "omp_parallel": info.omp_parallel, "simd": info.simd,
+            "parallel": info.parallel, "omp_parallel": lp.threads, "simd": lp.simd,
             "carried": info.carried, "reductions": dict(sorted(info.reductions.items())),
-            "private": sorted(info.private), "atomic": sorted(info.atomic),
-            "privatized": {a: ir.expr_str(n) for a, n in sorted(info.privatized.items())},
-            "why": loop_reasons(info, self.sk)})
+            "private": sorted(info.private), "atomic": sorted(lp.atomic),
+            "privatized": {a: ir.expr_str(n) for a, n in sorted(lp.privatized.items())},
+            "why": loop_reasons(lp, self.sk)})
         self.walk(node.for_get_body(), depth + 1, names)
-
-    def _dsl_vars(self, node: isl.AstNode, it: str, out: set) -> None:
-        """DSL loop variables that the AST iterator ``it`` is passed as, directly."""
-        T = isl.ast_node_type
-        t = node.get_type()
-        if t == T.user:
-            call = node.user_get_expr()
-            st = self.sk.statement(call.get_op_arg(0).get_id().get_name())
-            for k in range(1, call.get_op_n_arg()):
-                a = call.get_op_arg(k)
-                if a.get_type() == isl.ast_expr_type.id and a.get_id().get_name() == it:
-                    out.add(st.loop_vars[k - 1])
-        elif t == T.block:
-            ch = node.block_get_children()
-            for k in range(ch.n_ast_node()):
-                self._dsl_vars(ch.get_at(k), it, out)
-        elif t == T.for_:
-            self._dsl_vars(node.for_get_body(), it, out)
-        elif t == T.if_:
-            self._dsl_vars(node.if_get_then_node(), it, out)
-            if node.if_has_else_node():
-                self._dsl_vars(node.if_get_else_node(), it, out)
-        elif t == T.mark:
-            self._dsl_vars(node.mark_get_node(), it, out)
 
 
 def _strip(text: str) -> str:

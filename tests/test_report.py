@@ -10,7 +10,7 @@ from polyad import ir
 from polyad.ad import grad_kernel
 from polyad.poly import PolyModel, boundary_access_map
 from polyad.report import explain, report
-from polyad.schedule import schedule_kernel
+from polyad.pipeline import Options
 from polyad.testing import resolve_index
 
 M, N, K = pa.sizes("M N K")
@@ -93,22 +93,28 @@ def test_explain_text_sections_and_method():
 
 @pytest.mark.parametrize("k", ALL, ids=lambda k: k.ir.name)
 def test_loop_decisions_are_the_scheduler_s(k):
-    """One source of truth: every loop of the report is a LoopInfo of schedule_kernel."""
+    """One source of truth: every loop of the report is a plan entry of the compiled artifact
+    (the schedule's LoopFacts and the target's decision), named as in the C."""
     d = report(k)
-    sk = schedule_kernel(k.ir)
-    assert sorted(lp["annotation"] for lp in d["loops"]) == sorted(sk.loops)
+    art = k.artifact(Options())
+    assert d["source"] == art.source == k.source
+    assert sorted(lp["annotation"] for lp in d["loops"]) == sorted(art.scheduled.loops)
     for lp in d["loops"]:
-        info = sk.loops[lp["annotation"]]
+        plan = art.plan.loops[lp["annotation"]]
+        info = plan.facts
+        assert info is art.scheduled.loops[lp["annotation"]]
         assert (lp["parallel"], lp["omp_parallel"], lp["simd"], lp["carried"]) == \
-               (info.parallel, info.omp_parallel, info.simd, info.carried)
+               (info.parallel, plan.threads, plan.simd, info.carried)
         assert lp["reductions"] == info.reductions
         assert lp["private"] == sorted(info.private)
-        assert lp["atomic"] == sorted(info.atomic)
+        assert lp["atomic"] == sorted(plan.atomic)
         assert lp["statements"] == sorted(info.statements)
+        assert lp["iterator"] == plan.iterator
+        assert f"for (int64_t {plan.iterator} = " in d["source"]
         if not info.parallel:
-            assert lp["why"] == [info.reason] and lp["decision"] == "sequential"
-        elif info.mapping:
-            assert lp["why"][-1] == info.mapping
+            assert lp["why"] == [info.why_not_parallel] and lp["decision"] == "sequential"
+        elif plan.mapping:
+            assert lp["why"][-1] == plan.mapping
     source = d["source"]
     assert sum(lp["omp_parallel"] for lp in d["loops"]) == source.count("#pragma omp parallel for")
     assert any(lp["omp_parallel"] and lp["atomic"] for lp in d["loops"]) == \
@@ -206,6 +212,22 @@ def test_json_is_the_report_and_dot_is_the_dependence_graph():
     assert dot.startswith('digraph "prefix" {')
     assert '"S0" -> "S0" [label="flow y", style=solid];' in dot
     assert dot.count("{") == dot.count("}")
+
+
+def test_report_reads_the_artifact_and_reruns_no_stage(monkeypatch):
+    import polyad.pipeline
+    k = pa.Kernel(ir_kernel=tv_cost.ir)
+    art = k.artifact(Options())
+
+    def stage_ran_again(*args, **kwargs):
+        raise AssertionError("a pipeline stage ran again")
+
+    monkeypatch.setattr(polyad.pipeline, "schedule_kernel", stage_ran_again)
+    monkeypatch.setattr(type(art.target), "plan", stage_ran_again)
+    monkeypatch.setattr(type(art.target), "emit", stage_ran_again)
+    d = report(k)
+    assert d["source"] == art.source
+    assert sorted(lp["annotation"] for lp in d["loops"]) == sorted(art.plan.loops)
 
 
 def test_deterministic_option_is_explained():

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import polyad as pa
-from polyad.schedule import schedule_kernel
+from polyad.pipeline import Options, compile_kernel
 from polyad.testing import interpret
 
 M, N, K = pa.sizes("M N K")
@@ -77,14 +77,14 @@ def sum_of_squares(x: pa.f64[M, N]) -> pa.f64:
 
 
 def _strategies(k):
-    sk = schedule_kernel(k.ir)
+    art = compile_kernel(k.ir, Options())
+    sk = art.scheduled
     # decisions are per boundary piece (S1_0, S1_1, ...): report the DSL statement
     gathered = {name.split("_")[0] for name, d in sk.gather_decisions.items() if d == "gather"}
-    atomic = set().union(*[info.atomic for info in sk.loops.values() if info.omp_parallel])
-    privatized = set().union(*[set(info.privatized) for info in sk.loops.values()
-                               if info.omp_parallel])
-    reductions = set().union(*[set(info.reductions) for info in sk.loops.values()
-                               if info.omp_parallel])
+    threaded = [lp for lp in art.plan.loops.values() if lp.threads]
+    atomic = set().union(*[lp.atomic for lp in threaded])
+    privatized = set().union(*[set(lp.privatized) for lp in threaded])
+    reductions = set().union(*[set(lp.facts.reductions) for lp in threaded])
     return sk, gathered, atomic, privatized, reductions
 
 
@@ -205,7 +205,7 @@ def wavefront_sweep(A: pa.f64[M, N]):
 def test_isl_scheduler_finds_wavefront_parallelism():
     # program order has no parallel loop (i and j both carry flow dependences);
     # ISL's scheduler skews the nest so that the inner loop of a wavefront is parallel
-    sk = schedule_kernel(wavefront_sweep.ir)
+    sk = compile_kernel(wavefront_sweep.ir).scheduled
     assert sk.schedule_origin.startswith("ISL scheduler")
     assert "#pragma omp parallel for" in wavefront_sweep.source
     A = np.random.default_rng(3).random((9, 11))
@@ -216,16 +216,15 @@ def test_isl_scheduler_finds_wavefront_parallelism():
 
 
 def test_program_order_kept_when_already_parallel():
-    assert schedule_kernel(stencil_adjoint.ir).schedule_origin == "program order"
+    assert compile_kernel(stencil_adjoint.ir).scheduled.schedule_origin == "program order"
 
 
 def test_scheduler_quota_falls_back_to_program_order(monkeypatch):
     from polyad.schedule import build
     monkeypatch.setattr(build, "SCHEDULER_QUOTA", 1)
-    sk = schedule_kernel(wavefront_sweep.ir)
-    assert "gave up" in sk.schedule_origin
-    from polyad.emit.c_openmp import emit_openmp
-    assert "omp parallel" not in emit_openmp(sk)  # the program order, sequential
+    art = compile_kernel(wavefront_sweep.ir)
+    assert "gave up" in art.scheduled.schedule_origin
+    assert "omp parallel" not in art.source  # the program order, sequential
 
 
 @pa.kernel
@@ -236,10 +235,11 @@ def five_channels(x: pa.f64[5, N], y: pa.Out(pa.f64[5, N])):
 
 
 def test_loops_with_few_iterations_get_no_thread_team():
-    sk = schedule_kernel(five_channels.ir)
-    by_depth = sorted(sk.loops.values(), key=lambda info: info.depth)
-    assert by_depth[0].small and not by_depth[0].omp_parallel
-    assert by_depth[1].omp_parallel and not by_depth[1].small
+    plan = compile_kernel(five_channels.ir).plan
+    by_depth = sorted(plan.loops.values(), key=lambda lp: lp.facts.depth)
+    assert by_depth[0].facts.trip_count_bound == 4 and not by_depth[0].threads
+    assert by_depth[1].threads and by_depth[1].facts.trip_count_bound is None
+    assert "at most 64 iterations" in by_depth[0].mapping
     x = np.random.default_rng(5).random((5, 8))
     np.testing.assert_allclose(five_channels(x), 2.0 * x)
 
@@ -255,7 +255,7 @@ def with_dead_temporary(x: pa.f64[N], y: pa.Out(pa.f64[N])):
 
 
 def test_dead_statements_are_removed():
-    sk = schedule_kernel(with_dead_temporary.ir)
+    sk = compile_kernel(with_dead_temporary.ir).scheduled
     assert set(sk.removed_statements) == {"S0", "S1", "S2"}  # u = 0.0 as well
     assert "exp(" not in with_dead_temporary.source
     x = np.random.default_rng(6).random(7)
@@ -304,7 +304,7 @@ def deconvolution_cost(x: pa.f64[M, N].clamped, y: pa.f64[M, N], f: pa.f64[5]) -
 
 def test_deconvolution_gradient_is_expanded_distributed_and_gathered():
     g = pa.grad(deconvolution_cost, wrt=["x", "f"])
-    sk = schedule_kernel(g.ir)
+    sk = compile_kernel(g.ir).scheduled
     assert any(d.startswith("expanded") for d in sk.expansions.values()), sk.expansions
     assert "gather" in sk.gather_decisions.values()
     assert "atomic" not in g.source
@@ -318,7 +318,7 @@ def test_deconvolution_gradient_is_expanded_distributed_and_gathered():
 
 
 def test_zeroing_moves_into_the_accumulating_nest():
-    sk = schedule_kernel(stencil_adjoint.ir)
+    sk = compile_kernel(stencil_adjoint.ir).scheduled
     assert sk.fused_initializations == ("S0",)
     src = stencil_adjoint.source
     # one pass over dx: no loop of its own zeroes it, the sums assign the first term

@@ -1,9 +1,10 @@
-"""OpenMP C emitter: walks the annotated ISL AST of a scheduled kernel.
+"""C emitter: walks the ISL AST of a scheduled kernel and prints its target's plan.
 
 The emitted C is deterministic and readable: DSL names for arrays, scalars,
-sizes and (where unambiguous) loop iterators, one statement per line with a
-comment naming its DSL line, ``#pragma omp`` only where the schedule stage's
-dependence test said so.
+sizes and loop iterators (the plan names them), one statement per line with
+a comment naming its DSL line, the loop directives the plan renders
+(``LoopPlan.pragma``) and nothing else decided here. The language details
+(qualifiers, math spellings, atomics) come from a ``cexpr.Dialect``.
 
 C signature of a kernel (documented in the emitted header comment too):
 parameters in DSL order (arrays as pointers, ``const`` when only read;
@@ -20,9 +21,7 @@ import islpy as isl
 
 from .. import ir
 from ..ir import Load
-from ..schedule import ScheduledKernel
-from ..schedule.build import ast_children, loop_info
-from .cexpr import AST_HELPERS, CPrinter, ast_expr_c, ast_expr_ir
+from .cexpr import AST_HELPERS, C99, CPrinter, Dialect, ast_expr_c, ast_expr_ir
 
 POLYAD_VERSION = "0.1.0"
 
@@ -57,42 +56,49 @@ class CSignature:
         return f"void {self.name}({', '.join(d for _, _, d in self.params) or 'void'})"
 
 
-def signature(kernel: ir.Kernel) -> CSignature:
+def dsl_c_names(kernel: ir.Kernel) -> dict[str, str]:
+    """DSL name -> C name of every parameter, size, scalar local and temporary."""
+    names = {p.name: cname(p.name) for p in kernel.params}
+    names.update({s: cname(s) for s in kernel.sizes})
+    names.update({n: cname(n) for n, _ in kernel.locals})
+    names.update({t.name: cname(t.name) for t in kernel.temps})
+    return names
+
+
+def signature(kernel: ir.Kernel, dialect: Dialect = C99) -> CSignature:
+    """The C parameter list of ``kernel`` (see the module docstring for the order)."""
+    restrict = dialect.restrict
     written = {st.target.array for st in kernel.statements if isinstance(st.target, Load)}
     params = []
     for p in kernel.params:
         if p.is_array:
             const = "" if p.name in written or p.intent != "in" else "const "
             params.append(("array", p.name,
-                           f"{const}{p.type.dtype.c_type} *restrict {cname(p.name)}"))
+                           f"{const}{p.type.dtype.c_type} *{restrict} {cname(p.name)}"))
         else:
             params.append(("scalar", p.name, f"{p.type.c_type} {cname(p.name)}"))
     for s in kernel.sizes:
         params.append(("size", s, f"int64_t {cname(s)}"))
     for t in kernel.temps:
-        params.append(("temp", t.name, f"{t.type.dtype.c_type} *restrict {cname(t.name)}"))
+        params.append(("temp", t.name, f"{t.type.dtype.c_type} *{restrict} {cname(t.name)}"))
     if kernel.result is not None:
         name, dt = kernel.result
-        params.append(("result", name, f"{dt.c_type} *restrict {cname(name)}_out"))
+        params.append(("result", name, f"{dt.c_type} *{restrict} {cname(name)}_out"))
     return CSignature(cname(kernel.name), params)
 
 
 class _Emitter:
-    def __init__(self, sk: ScheduledKernel):
-        self.sk = sk
-        self.k = sk.kernel
+    def __init__(self, plan, dialect: Dialect):
+        self.plan = plan
+        self.sk = plan.scheduled
+        self.k = self.sk.kernel
+        self.by_name = {st.name: st for st in self.k.statements}
+        self.dialect = dialect
         self.func_names = {f.name: "pa_fn_" + f.name for f in self.k.funcs}
-        self.names = self._dsl_names()
-        self.printer = CPrinter(self.k, self.func_names, self.names)
+        self.names = plan.names
+        self.printer = CPrinter(self.k, self.func_names, self.names, dialect)
         self.lines: list[str] = []
         self.uses_ast_helpers = False
-
-    def _dsl_names(self) -> dict[str, str]:
-        names = {p.name: cname(p.name) for p in self.k.params}
-        names.update({s: cname(s) for s in self.k.sizes})
-        names.update({n: cname(n) for n, _ in self.k.locals})
-        names.update({t.name: cname(t.name) for t in self.k.temps})
-        return names
 
     # ---- statements ------------------------------------------------------
     def substituted(self, st: ir.Statement, args: list) -> ir.Statement:
@@ -112,17 +118,20 @@ class _Emitter:
     def statement(self, st: ir.Statement, indent: str, atomic: bool):
         """Print one (substituted) statement, guarded and/or atomic as needed."""
         p = self.printer
-        body = f"{self.target_text(st)} {st.op} {p.expr(st.expr, self.names)};"
+        value = p.expr(st.expr, self.names)
+        if atomic:
+            lines = self.dialect.atomic_update(self.target_text(st), st.op, value)
+        else:
+            lines = [f"{self.target_text(st)} {st.op} {value};"]
+        lines[-1] += self.comment(st)
         if st.guard is not None:
             self.out(indent, f"if ({p.expr(st.guard, self.names)}) {{")
-            if atomic:
-                self.out(indent + "  ", "#pragma omp atomic")
-            self.out(indent + "  ", body + self.comment(st))
+            for line in lines:
+                self.out(indent + "  ", line)
             self.out(indent, "}")
         else:
-            if atomic:
-                self.out(indent, "#pragma omp atomic")
-            self.out(indent, body + self.comment(st))
+            for line in lines:
+                self.out(indent, line)
 
     def merged(self, group: list, indent: str):
         """Consecutive updates of one element as one statement, a term per line.
@@ -193,7 +202,7 @@ class _Emitter:
         call = node.user_get_expr()
         name = call.get_op_arg(0).get_id().get_name()
         args = [ast_expr_ir(call.get_op_arg(k), iters) for k in range(1, call.get_op_n_arg())]
-        return name, self.substituted(self.sk.statement(name), args)
+        return name, self.substituted(self.by_name[name], args)
 
     def statements(self, items: list, indent: str, atomic: frozenset):
         """Print a run of statements, merging consecutive updates of one element."""
@@ -221,64 +230,24 @@ class _Emitter:
         return text
 
     def for_loop(self, node, indent, iters, atomic):
-        info = loop_info(node, self.sk.loops)
+        lp = self.plan.loop(node)
         it = node.for_get_iterator().get_id().get_name()
-        name = self.iterator_name(node, it, iters)
+        name = lp.iterator
         iters = {**iters, it: name}
         init = self.ast_c(node.for_get_init(), iters)
         cond = self.ast_c(node.for_get_cond(), iters)
         inc = self.ast_c(node.for_get_inc(), iters)
         if cond.startswith("(") and cond.endswith(")"):
             cond = cond[1:-1]
-        if info is not None and (info.omp_parallel or info.simd):
-            clauses = []
-            if info.reductions:
-                by_op: dict[str, list[str]] = {}
-                for var, op in sorted(info.reductions.items()):
-                    by_op.setdefault(op, []).append(self.names[var])
-                clauses += [f"reduction({op}:{', '.join(v)})" for op, v in by_op.items()]
-            if info.privatized:
-                sections = [f"{self.names[a]}[0:{self.printer.expr(n, self.names)}]"
-                            for a, n in sorted(info.privatized.items())]
-                clauses.append(f"reduction(+:{', '.join(sections)})")
-            if info.private:
-                clauses.append(f"private({', '.join(self.names[v] for v in sorted(info.private))})")
-            head = ("parallel for" + (" simd" if info.simd else "") + " schedule(static)"
-                    if info.omp_parallel else "simd")
-            self.out(indent, f"#pragma omp {head}" + "".join(" " + c for c in clauses))
-            if info.omp_parallel:
-                atomic = atomic | info.atomic
+        pragma = lp.pragma(self.names, lambda n: self.printer.expr(n, self.names))
+        if pragma is not None:
+            self.out(indent, pragma)
+        if lp.threads:
+            atomic = atomic | lp.atomic
         step = f"{name} += {inc}" if inc != "1" else f"{name}++"
         self.out(indent, f"for (int64_t {name} = {init}; {cond}; {step}) {{")
         self.walk(node.for_get_body(), indent + "  ", iters, atomic)
         self.out(indent, "}")
-
-    def iterator_name(self, node, it: str, iters: dict) -> str:
-        """The DSL loop variable this AST loop runs over, when that is unambiguous."""
-        candidates = set()
-        self._collect_loop_vars(node.for_get_body(), it, candidates)
-        taken = set(iters.values()) | set(self.names.values())
-        if len(candidates) == 1:
-            name = cname(candidates.pop())
-            if name not in taken:
-                return name
-        name = it
-        while name in taken:
-            name = "_" + name
-        return name
-
-    def _collect_loop_vars(self, node, it, out: set):
-        t = node.get_type()
-        if t == isl.ast_node_type.user:
-            call = node.user_get_expr()
-            st = self.sk.statement(call.get_op_arg(0).get_id().get_name())
-            for k in range(1, call.get_op_n_arg()):
-                a = call.get_op_arg(k)
-                if a.get_type() == isl.ast_expr_type.id and a.get_id().get_name() == it:
-                    out.add(st.loop_vars[k - 1])
-            return
-        for c in ast_children(node):
-            self._collect_loop_vars(c, it, out)
 
     # ---- whole file ----------------------------------------------------
     def func_source(self, f: ir.FuncDef) -> list[str]:
@@ -286,7 +255,7 @@ class _Emitter:
         names = {n: cname(n) for n, _ in f.params + f.locals}
         params = ", ".join(f"{dt.c_type} {cname(n)}" for n, dt in f.params) or "void"
         lines = [f"/* @pa.func {f.name} ({f.filename}:{f.line}) */",
-                 f"static inline {f.result.c_type} {self.func_names[f.name]}({params})", "{"]
+                 f"{self.dialect.function_qualifier} {f.result.c_type} {self.func_names[f.name]}({params})", "{"]
         for n, dt in f.locals:
             lines.append(f"  {dt.c_type} {cname(n)};")
 
@@ -310,7 +279,7 @@ class _Emitter:
 
     def source(self) -> str:
         k = self.k
-        sig = signature(k)
+        sig = signature(k, self.dialect)
         funcs = []
         for f in k.funcs:
             funcs += self.func_source(f) + [""]
@@ -363,6 +332,11 @@ def _used_scalars(k: ir.Kernel) -> set:
     return used
 
 
-def emit_openmp(sk: ScheduledKernel) -> str:
-    """The OpenMP C99 source of a scheduled kernel."""
-    return _Emitter(sk).source()
+def emit_c(plan, dialect: Dialect = C99) -> str:
+    """The C source of a target's plan of a scheduled kernel.
+
+    ``plan`` has ``scheduled`` (the ScheduledKernel), ``names`` (DSL name ->
+    C name) and ``loop(for_node)`` -> an entry with ``iterator``, ``threads``,
+    ``atomic`` (statement names) and ``pragma(names, size_text)``.
+    """
+    return _Emitter(plan, dialect).source()

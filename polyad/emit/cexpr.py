@@ -8,7 +8,8 @@ recorded in ``CPrinter.helpers`` and emitted once, before the kernel.
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from dataclasses import dataclass, field
+from typing import Mapping, Optional
 
 import islpy as isl
 
@@ -29,21 +30,45 @@ C_MATH = {
 }
 
 _TYPED_HELPERS = {
-    "abs": "static inline {t} pa_abs_{n}({t} x) {{ return x < 0 ? -x : x; }}",
-    "sign": "static inline {t} pa_sign_{n}({t} x) {{ return ({t})((x > 0) - (x < 0)); }}",
-    "min": "static inline {t} pa_min_{n}({t} a, {t} b) {{ return b < a ? b : a; }}",
-    "max": "static inline {t} pa_max_{n}({t} a, {t} b) {{ return b > a ? b : a; }}",
-    "rsqrt": "static inline {t} pa_rsqrt_{n}({t} x) {{ return ({t})1 / sqrt{f}(x); }}",
-    "floordiv": ("static inline {t} pa_floordiv_{n}({t} a, {t} b) "
+    "abs": "{q} {t} pa_abs_{n}({t} x) {{ return x < 0 ? -x : x; }}",
+    "sign": "{q} {t} pa_sign_{n}({t} x) {{ return ({t})((x > 0) - (x < 0)); }}",
+    "min": "{q} {t} pa_min_{n}({t} a, {t} b) {{ return b < a ? b : a; }}",
+    "max": "{q} {t} pa_max_{n}({t} a, {t} b) {{ return b > a ? b : a; }}",
+    "rsqrt": "{q} {t} pa_rsqrt_{n}({t} x) {{ return ({t})1 / sqrt{f}(x); }}",
+    "floordiv": ("{q} {t} pa_floordiv_{n}({t} a, {t} b) "
                  "{{ {t} q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }}"),
-    "mod": ("static inline {t} pa_mod_{n}({t} a, {t} b) "
+    "mod": ("{q} {t} pa_mod_{n}({t} a, {t} b) "
             "{{ {t} r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }}"),
-    "fmod": ("static inline {t} pa_mod_{n}({t} a, {t} b) "
+    "fmod": ("{q} {t} pa_mod_{n}({t} a, {t} b) "
              "{{ {t} r = fmod{f}(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }}"),
-    "ffloordiv": "static inline {t} pa_floordiv_{n}({t} a, {t} b) {{ return floor{f}(a / b); }}",
-    "ipow": ("static inline {t} pa_pow_{n}({t} a, {t} b) "
+    "ffloordiv": "{q} {t} pa_floordiv_{n}({t} a, {t} b) {{ return floor{f}(a / b); }}",
+    "ipow": ("{q} {t} pa_pow_{n}({t} a, {t} b) "
              "{{ {t} r = 1; for ({t} k = 0; k < b; ++k) r *= a; return r; }}"),
 }
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """How one C-family language spells what the printers emit.
+
+    ``restrict``: the no-alias pointer qualifier; ``function_qualifier``:
+    what precedes helper and device functions; ``math``: intrinsic name ->
+    (float spelling, double spelling); ``atomic_update`` prints an update
+    that concurrent iterations may race on. A target with another language
+    (CUDA) passes its own ``Dialect`` (subclass it to change the atomics).
+    """
+
+    name: str = "c99"
+    restrict: str = "restrict"
+    function_qualifier: str = "static inline"
+    math: Mapping = field(default_factory=lambda: dict(C_MATH))
+
+    def atomic_update(self, target: str, op: str, value: str) -> list[str]:
+        """The lines of ``target op= value`` made atomic (no trailing comment)."""
+        return ["#pragma omp atomic", f"{target} {op} {value};"]
+
+
+C99 = Dialect()
 
 
 def c_literal(value, dtype: ir.DType) -> str:
@@ -72,8 +97,9 @@ class CPrinter:
     """
 
     def __init__(self, kernel: ir.Kernel, func_names: Mapping[str, str] | None = None,
-                 array_names: Mapping[str, str] | None = None):
+                 array_names: Mapping[str, str] | None = None, dialect: Optional[Dialect] = None):
         self.kernel = kernel
+        self.dialect = dialect or C99
         self.func_names = dict(func_names or {})
         self.array_names = dict(array_names or {})
         self.helpers: dict[str, str] = {}
@@ -83,7 +109,8 @@ class CPrinter:
         key = f"{kind}_{n}"
         if key not in self.helpers:
             tmpl = _TYPED_HELPERS[kind]
-            self.helpers[key] = tmpl.format(t=dtype.c_type, n=n, f="f" if dtype == ir.f32 else "")
+            self.helpers[key] = tmpl.format(t=dtype.c_type, n=n, f="f" if dtype == ir.f32 else "",
+                                            q=self.dialect.function_qualifier)
         return {"ffloordiv": "pa_floordiv", "fmod": "pa_mod", "ipow": "pa_pow"}.get(kind, "pa_" + kind) + "_" + n
 
     def index(self, ld: Load, env: Mapping[str, str]) -> str:
@@ -156,10 +183,10 @@ class CPrinter:
                 a = self.expr(e.a, env, 8)
                 return " * ".join([a] * int(b.value)), 7
             if isinstance(b, Const) and float(b.value) == 0.5 and dt.is_float:
-                return f"{C_MATH['sqrt'][dt == ir.f64]}({self.expr(e.a, env)})", 9
+                return f"{self.dialect.math['sqrt'][dt == ir.f64]}({self.expr(e.a, env)})", 9
             if not dt.is_float:
                 return f"{self.helper('ipow', dt)}({self.expr(e.a, env)}, {self.expr(e.b, env)})", 9
-            return f"{C_MATH['pow'][dt == ir.f64]}({self.expr(e.a, env)}, {self.expr(e.b, env)})", 9
+            return f"{self.dialect.math['pow'][dt == ir.f64]}({self.expr(e.a, env)}, {self.expr(e.b, env)})", 9
         raise TypeError(op)
 
     def call(self, e: Call, env) -> str:
@@ -170,10 +197,10 @@ class CPrinter:
             if e.func == "abs" and e.dtype.is_float:
                 return f"{'fabsf' if e.dtype == ir.f32 else 'fabs'}({args})"
             return f"{self.helper(e.func, e.dtype)}({args})"
-        if e.func in C_MATH:
+        if e.func in self.dialect.math:
             if not e.dtype.is_float:
                 raise TypeError(f"{e.func} on integers")
-            return f"{C_MATH[e.func][e.dtype == ir.f64]}({args})"
+            return f"{self.dialect.math[e.func][e.dtype == ir.f64]}({args})"
         raise KeyError(f"no C spelling for intrinsic {e.func!r}")
 
 

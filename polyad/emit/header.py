@@ -14,7 +14,7 @@ import textwrap
 
 from .. import ir
 from ..schedule import ScheduledKernel
-from .c_openmp import POLYAD_VERSION, CSignature, signature
+from .c_openmp import POLYAD_VERSION, CSignature
 
 
 def _extent_text(shape: tuple) -> str:
@@ -67,10 +67,9 @@ def _plain(decl: str) -> str:
     return re.sub(r"\brestrict\b\s*", "", decl)
 
 
-def c_header(sk: ScheduledKernel) -> str:
-    """The ``.h`` file for the kernel of ``sk`` (deterministic text)."""
+def c_header(sk: ScheduledKernel, sig: CSignature) -> str:
+    """The ``.h`` file for the kernel of ``sk`` with C signature ``sig`` (deterministic text)."""
     k = sk.kernel
-    sig = signature(k)
     guard = "POLYAD_" + re.sub(r"\W", "_", sig.name).upper() + "_H"
     prototype = "void " + sig.name + "(" + (", ".join(_plain(d) for _, _, d in sig.params)
                                            or "void") + ")"

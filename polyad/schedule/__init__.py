@@ -1,11 +1,14 @@
-"""Scheduling: from the ISL model of a kernel to an annotated ISL AST.
+"""Scheduling: from the ISL model of a kernel to an ISL AST with proven loop facts.
 
-``schedule_kernel(kernel)`` resolves boundary modes into pieces, proves
-bounds, computes dependences, builds the ISL AST of the program-order
+``schedule_kernel(kernel, score)`` resolves boundary modes into pieces,
+proves bounds, computes dependences, builds the ISL AST of the program-order
 schedule (loops separated at piece borders, so the interior loop has plain
-indices), decides per loop whether it is parallel and how (reduction clause,
-private scalars, atomics), and picks the loops that become OpenMP parallel
-loops. The emitter only reads these decisions.
+indices) or of ISL's schedule when the target's ``score`` prefers it, and
+runs the one dependence test on every loop: ``LoopFacts`` say whether a loop
+is parallel and which carried dependences a parallel form must honour
+(reductions, private scalars, scatters into small or large targets). No
+target strategy is chosen here: that is ``polyad.target``'s plan.
 """
 
-from .build import LoopInfo, ScheduledKernel, schedule_kernel  # noqa: F401
+from .build import (LoopFacts, ScatterFact, ScheduleCandidate, ScheduledKernel,  # noqa: F401
+                    ast_children, loop_key, schedule_kernel)

@@ -1,9 +1,14 @@
-"""Program-order schedule, AST generation and the one parallelism test."""
+"""Program-order schedule, AST generation and the one dependence test (LoopFacts).
+
+This stage states facts only (what may run in parallel, and which carried
+dependences a parallel form must honour); which parallel form a target uses
+is the target's plan (``polyad.target``).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Callable, Optional
 
 import islpy as isl
 
@@ -16,52 +21,77 @@ from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, depen
 
 _REDUCTION_OPS = {"+=": "+", "-=": "+", "*=": "*"}
 
-# Loops with at most this many iterations, whatever the sizes (filter taps,
-# channels of a fixed-size layer), are never made 'omp parallel for': a thread
-# team costs more than they do.
-SMALL_LOOP = 64
 
+@dataclass(frozen=True)
+class ScatterFact:
+    """Statements that update ``array`` with ``+=``/``-=`` across iterations of a loop.
 
-@dataclass
-class LoopInfo:
-    """What the dependence test says about one generated loop.
-
-    ``parallel``: iterations may run concurrently once ``reductions`` (scalar
-    name -> C reduction operator) get a reduction clause, ``private`` scalars
-    a private copy, ``privatized`` arrays (name -> flat size; small targets of
-    ``+=`` scatters, like a filter gradient) a per-thread copy summed at the
-    end, and ``atomic`` statements (other array ``+=`` scatters) are made
-    atomic. ``reason`` says why a loop is not parallel; ``mapping`` says what
-    the OpenMP mapping pass made of a parallel loop and why (``pa.explain``
-    prints both).
+    ``small``: the target is small next to the loop nest (each element receives
+    many contributions, like a filter gradient; ``gather.small_target``);
+    ``elements``: its flat size (an IR expression in the sizes).
     """
 
+    array: str
+    statements: frozenset
+    small: bool
+    elements: ir.Expr
+
+
+@dataclass(frozen=True)
+class LoopFacts:
+    """What the dependence test proves about one generated loop (target-neutral).
+
+    ``parallel``: iterations may run concurrently provided the carried
+    dependences classified here are honoured: ``reductions`` (scalar name ->
+    reduction operator '+' or '*', the scalar is only updated by it),
+    ``private`` scalars (written before read in every iteration, not read
+    after the loop), ``scatters`` (array name -> ScatterFact: ``+=`` updates
+    of an array from several iterations). ``why_not_parallel`` says why a loop
+    is not parallel; ``carried``: some dependence is carried at all.
+    ``trip_count_bound``: an upper bound on the iterations that holds for all
+    sizes, or None when the count grows with the sizes.
+    """
+
+    key: str
     depth: int
     statements: frozenset
-    parallel: bool = False
+    parallel: bool
+    carried: bool
     reductions: dict = field(default_factory=dict)
     private: tuple = ()
-    atomic: frozenset = frozenset()
-    privatized: dict = field(default_factory=dict)
-    reason: str = ""
-    carried: bool = True
-    # decided by the mapping pass
-    omp_parallel: bool = False
-    simd: bool = False
-    small: bool = False
-    mapping: str = ""
+    scatters: dict = field(default_factory=dict)
+    why_not_parallel: str = ""
+    trip_count_bound: Optional[int] = None
+
+    @property
+    def scatter_statements(self) -> frozenset:
+        """Every statement that scatters across iterations of this loop."""
+        return frozenset().union(*[f.statements for f in self.scatters.values()])
+
+
+@dataclass(frozen=True)
+class ScheduleCandidate:
+    """One schedule of a (piece-split) kernel with its AST and the facts of every loop.
+
+    ``loops``: AST annotation name (``loop_key``) -> LoopFacts.
+    """
+
+    kernel: ir.Kernel
+    schedule: isl.Schedule
+    ast: isl.AstNode
+    loops: dict
 
 
 @dataclass
 class ScheduledKernel:
-    """A kernel ready for emission: piece-split IR, ISL model, AST and loop decisions."""
+    """A scheduled kernel: piece-split IR, ISL model, dependences, the chosen AST and its loop facts."""
 
     kernel: ir.Kernel
     model: PolyModel
     deps: Dependences
     schedule: isl.Schedule
     ast: isl.AstNode
-    loops: dict
+    loops: dict  # annotation name -> LoopFacts
     requirements: list
     gather_decisions: dict = field(default_factory=dict)
     schedule_origin: str = "program order"
@@ -113,7 +143,7 @@ class _LoopAnalysis:
         self.deps = deps
         self.by_name = {s.name: s for s in sk_kernel.statements}
         self.locals = dict(sk_kernel.locals)
-        self.loops: dict[str, LoopInfo] = {}
+        self.loops: dict[str, LoopFacts] = {}
         self.error: Optional[BaseException] = None
 
     def carried(self, dep: isl.UnionMap, sched: isl.UnionMap, ldom: isl.UnionSet, depth: int) -> bool:
@@ -125,16 +155,16 @@ class _LoopAnalysis:
         cond = isl.UnionSet.read_from_str(self.model.ctx, f"{{ [{zeros}] : x != 0 }}")
         return not t.deltas().intersect(cond).is_empty()
 
-    def small_trip_count(self, sched: isl.UnionMap, depth: int) -> bool:
-        """True if the loop runs at most SMALL_LOOP iterations whatever the sizes."""
+    def trip_count_bound(self, sched: isl.UnionMap, depth: int) -> Optional[int]:
+        """The largest distance between two iterations of the loop over all sizes, or None."""
         rng = isl.Set.from_union_set(sched.range()).project_out(isl.dim_type.set, 0, depth)
         extent = isl.Map.from_domain_and_range(rng, rng).deltas()
         n = extent.dim(isl.dim_type.param)
         extent = extent.move_dims(isl.dim_type.set, 1, isl.dim_type.param, 0, n) \
             .project_out(isl.dim_type.set, 1, n)
-        limit = isl.Set.read_from_str(self.model.ctx,
-                                      f"{{ [x] : -{SMALL_LOOP} <= x <= {SMALL_LOOP} }}")
-        return extent.is_subset(limit)
+        if extent.is_empty() or not extent.is_bounded():
+            return None
+        return max(int(str(extent.dim_max_val(0))), -int(str(extent.dim_min_val(0))))
 
     def __call__(self, node: isl.AstNode, build: isl.AstBuild) -> isl.AstNode:
         try:
@@ -148,7 +178,9 @@ class _LoopAnalysis:
         ldom = sched.domain()
         depth = _maps(sched)[0].dim(isl.dim_type.out) - 1
         stmts = _names(ldom)
-        info = LoopInfo(depth=depth, statements=stmts)
+        reductions: dict[str, str] = {}
+        private: tuple = ()
+        scatters: dict[str, ScatterFact] = {}
         reasons = []
         any_carried = False
         for var in sorted(set(self.deps.flow) | set(self.deps.anti) | set(self.deps.output)):
@@ -162,11 +194,12 @@ class _LoopAnalysis:
             ops = {_reduction_op(s, var) for s in users}
             if any(carried.values()) and len(ops) == 1 and None not in ops:
                 if var in self.locals:
-                    info.reductions[var] = ops.pop()
-                elif ops == {"+"} and small_target(self.kernel, var, users):
-                    info.privatized[var] = _flat_size(self.kernel.array_type(var))
+                    reductions[var] = ops.pop()
                 elif ops == {"+"}:
-                    info.atomic |= frozenset(s.name for s in users)
+                    scatters[var] = ScatterFact(
+                        var, frozenset(s.name for s in users),
+                        small_target(self.kernel, var, users),
+                        _flat_size(self.kernel.array_type(var)))
                 else:
                     reasons.append(f"{var!r} is updated by '*=' across iterations")
                 continue
@@ -178,16 +211,16 @@ class _LoopAnalysis:
                         .subtract_range(ldom).is_empty():
                     reasons.append(f"scalar {var!r} is written in the loop and read after it")
                 else:
-                    info.private += (var,)
+                    private += (var,)
                 continue
             kinds = [k for k, v in carried.items() if v]
             reasons.append(f"{var!r} has loop-carried {'/'.join(kinds)} dependences")
-        info.parallel = not reasons
-        info.carried = any_carried
-        info.small = self.small_trip_count(sched, depth)
-        info.reason = "; ".join(reasons)
         key = f"loop{len(self.loops)}"
-        self.loops[key] = info
+        self.loops[key] = LoopFacts(
+            key=key, depth=depth, statements=stmts, parallel=not reasons, carried=any_carried,
+            reductions=reductions, private=private, scatters=scatters,
+            why_not_parallel="; ".join(reasons),
+            trip_count_bound=self.trip_count_bound(sched, depth))
         return node.set_annotation(isl.Id(key, context=self.model.ctx))
 
 
@@ -216,85 +249,25 @@ def ast_children(node: isl.AstNode) -> list:
     return []
 
 
-def loop_info(node: isl.AstNode, loops: dict) -> Optional[LoopInfo]:
-    """The LoopInfo attached to an AST for-node (None for other nodes)."""
+def loop_key(node: isl.AstNode) -> Optional[str]:
+    """The key of an AST for-node's LoopFacts (its annotation name); None for other nodes."""
     if node.get_type() != isl.ast_node_type.for_:
         return None
     try:
-        return loops.get(node.get_annotation().get_name())
+        return node.get_annotation().get_name()
     except isl.Error:
         return None
 
 
-def _order_dependent(info: LoopInfo, kernel: ir.Kernel) -> str:
-    """Why running ``info``'s loop in parallel could change float results bit-wise, or ''."""
-    floats = [v for v in info.reductions if kernel.scalar_dtype(v).is_float]
-    floats += [a for a in info.privatized if kernel.array_type(a).dtype.is_float]
-    if info.atomic:
-        floats.append("atomic updates")
-    return ", ".join(floats)
+def schedule_kernel(kernel: ir.Kernel,
+                    score: Callable[[ScheduleCandidate], tuple[int, int]]) -> ScheduledKernel:
+    """Split, prove bounds, compute dependences, build the AST of ``kernel`` with loop facts.
 
-
-def _map_openmp(node: isl.AstNode, loops: dict, kernel: ir.Kernel, deterministic: bool,
-                enclosing: Optional[LoopInfo] = None) -> bool:
-    """Choose ``omp parallel for`` / ``simd`` loops; returns True if a for-node is below.
-
-    With ``deterministic``, loops whose parallel form reorders floating-point
-    sums (reduction clauses, privatized copies, atomics) stay sequential, so
-    results are bit-for-bit the same on every run and thread count.
-    ``enclosing`` is the 'omp parallel for' loop around ``node``, if any.
-    """
-    info = loop_info(node, loops)
-    inside_parallel = enclosing is not None
-    order = _order_dependent(info, kernel) if info is not None and deterministic else ""
-    if info is not None and info.parallel and order:
-        info.mapping = f"left sequential (deterministic=True): parallel form reorders {order}"
-    elif info is not None and info.parallel and info.small:
-        info.mapping = f"left sequential: at most {SMALL_LOOP} iterations, too few for threads"
-    elif info is not None and info.parallel:
-        if inside_parallel:
-            info.mapping = "runs inside an enclosing 'omp parallel for' loop"
-        elif not info.atomic or not _has_clean_parallel(node.for_get_body(), loops):
-            info.omp_parallel = True
-            info.mapping = "outermost parallel loop: 'omp parallel for'"
-        else:
-            info.mapping = ("left sequential: it needs atomics, and an inner loop is "
-                            "parallel without them")
-    below = False
-    for child in ast_children(node):
-        below |= _map_openmp(child, loops, kernel, deterministic,
-                             info if info is not None and info.omp_parallel else enclosing)
-    if info is not None:
-        # 'omp simd' on innermost loops whose only carried dependences are
-        # reductions (the clause lets the sum be vectorized: 5x on the TV cost),
-        # never with private scalars: gcc 12 miscompiles 'parallel for simd
-        # private(...)' (tests/test_ad_primal_values.py::two_writers).
-        # Privatized sums (a filter gradient d_f[k] += ...) get an array-section
-        # reduction clause on the simd loop too: per-lane partial sums. Its final
-        # combine writes the whole section, so inside a thread loop the section
-        # must be that loop's private copy too (else threads race on it).
-        shared = set(info.privatized) - set(enclosing.privatized if enclosing else ())
-        if (not below and info.parallel and not info.private and not info.atomic
-                and not (inside_parallel and shared)):
-            info.simd = True
-            info.mapping += ("; innermost loop: 'omp simd'" + (
-                " with the reduction clause" if info.reductions or info.privatized else ""))
-        return True
-    return below
-
-
-def _has_clean_parallel(node: isl.AstNode, loops: dict) -> bool:
-    info = loop_info(node, loops)
-    if info is not None and info.parallel and not info.atomic and not info.small:
-        return True
-    return any(_has_clean_parallel(c, loops) for c in ast_children(node))
-
-
-def schedule_kernel(kernel: ir.Kernel, deterministic: bool = False) -> ScheduledKernel:
-    """Split, prove bounds, compute dependences, build and annotate the AST of ``kernel``.
-
-    ``deterministic=True`` keeps loops sequential where the parallel form would
-    reorder floating-point sums (see ``_map_openmp``).
+    ``score(candidate) -> (parallel, looped)``: how many statements a target
+    runs in parallel, and how many are under a loop at all (the target's
+    plan decides; this stage knows no target). The program order is kept
+    unless it leaves looped statements sequential and ISL's own schedule
+    scores more parallel statements.
     """
     split, dead = remove_dead_statements(split_boundary_pieces(kernel))
     split, expansions = expand_and_distribute(split)
@@ -305,24 +278,23 @@ def schedule_kernel(kernel: ir.Kernel, deterministic: bool = False) -> Scheduled
     requirements: list[SizeRequirement] = check_bounds(split, model)
     # Scalars are private or reductions; which one only their flow decides.
     deps = dependences(model, flow_only=frozenset(n for n, _ in split.locals))
-    program_order = _program_order_schedule(model)
-    ast, loops = _build_ast(program_order, split, model, deps, deterministic)
-    schedule, origin = program_order, "program order"
-    parallel, looped = _parallel_score(ast, loops)
+    chosen = _candidate(_program_order_schedule(model), split, model, deps)
+    origin = "program order"
+    parallel, looped = score(chosen)
     if parallel < looped:  # some loop nest runs sequentially: ask ISL for a better schedule
         # The scheduler may reorder anything: it needs every dependence, scalars' too.
         isl_schedule = _isl_schedule(model, dependences(model))
         if isl_schedule is None:
             origin = "program order (the ISL scheduler gave up within its operation quota)"
         else:
-            ast2, loops2 = _build_ast(isl_schedule, split, model, deps, deterministic)
-            if _parallel_score(ast2, loops2)[0] > parallel:
-                schedule, ast, loops = isl_schedule, ast2, loops2
+            other = _candidate(isl_schedule, split, model, deps)
+            if score(other)[0] > parallel:
+                chosen = other
                 origin = "ISL scheduler (more parallel than the program order)"
             else:
                 origin = "program order (the ISL schedule is not more parallel)"
-    return ScheduledKernel(split, model, deps, schedule, ast, loops, requirements,
-                           gather_decisions, origin, dead, expansions, fused)
+    return ScheduledKernel(split, model, deps, chosen.schedule, chosen.ast, chosen.loops,
+                           requirements, gather_decisions, origin, dead, expansions, fused)
 
 
 def _program_order_schedule(model: PolyModel) -> isl.Schedule:
@@ -357,8 +329,9 @@ def _isl_schedule(model: PolyModel, deps: Dependences) -> Optional[isl.Schedule]
         ctx.reset_operations()
 
 
-def _build_ast(schedule: isl.Schedule, kernel: ir.Kernel, model: PolyModel, deps: Dependences,
-               deterministic: bool):
+def _candidate(schedule: isl.Schedule, kernel: ir.Kernel, model: PolyModel,
+               deps: Dependences) -> ScheduleCandidate:
+    """The AST of ``schedule`` with the dependence test's facts on every loop."""
     analysis = _LoopAnalysis(kernel, model, deps)
     build = isl.AstBuild.from_context(model.context)
     build, handle = build.set_after_each_for(analysis)
@@ -366,29 +339,7 @@ def _build_ast(schedule: isl.Schedule, kernel: ir.Kernel, model: PolyModel, deps
     del handle
     if analysis.error is not None:
         raise analysis.error
-    _map_openmp(ast, analysis.loops, kernel, deterministic)
-    return ast, analysis.loops
-
-
-def _parallel_score(ast: isl.AstNode, loops: dict) -> tuple[int, int]:
-    """(statements under an 'omp parallel for', statements under any loop) of an AST."""
-    parallel, looped = set(), set()
-
-    def walk(node, in_loop, in_parallel):
-        info = loop_info(node, loops)
-        in_loop = in_loop or info is not None
-        in_parallel = in_parallel or (info is not None and info.omp_parallel)
-        if node.get_type() == isl.ast_node_type.user:
-            name = node.user_get_expr().get_op_arg(0).get_id().get_name()
-            if in_loop:
-                looped.add(name)
-            if in_parallel:
-                parallel.add(name)
-        for c in ast_children(node):
-            walk(c, in_loop, in_parallel)
-
-    walk(ast, False, False)
-    return len(parallel), len(looped)
+    return ScheduleCandidate(kernel, schedule, ast, analysis.loops)
 
 
 def _separate_loops(schedule: isl.Schedule) -> isl.Schedule:

@@ -1,0 +1,311 @@
+"""The OpenMP target: today's mapping of loop facts to OpenMP, and its C source.
+
+``plan`` is the only place an OpenMP strategy is chosen: per loop, whether it
+becomes ``omp parallel for``, ``omp simd``, both or neither; how each carried
+dependence the schedule stage classified is honoured (scalar reductions by a
+reduction clause, private scalars by ``private``, scatters into small targets
+by an array-section reduction (privatized copies), other scatters by
+``omp atomic``); and the C name of every loop iterator. The emitter and
+``pa.explain`` only read the plan (``LoopPlan.pragma`` and
+``LoopPlan.decision`` render the same typed entries).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+import islpy as isl
+
+from .. import ir
+from ..emit.c_openmp import cname, dsl_c_names, emit_c, signature
+from ..emit.cexpr import C99
+from ..runtime.loader import CompiledKernel
+from ..schedule import LoopFacts, ScheduledKernel, ast_children, loop_key
+
+# Loops with at most this many iterations, whatever the sizes (filter taps,
+# channels of a fixed-size layer), are never made 'omp parallel for': a thread
+# team costs more than they do.
+SMALL_LOOP = 64
+
+
+@dataclass(frozen=True)
+class LoopPlan:
+    """What the OpenMP target does with one loop (a typed plan entry).
+
+    ``facts``: the schedule stage's LoopFacts; ``iterator``: the loop
+    variable's C name (the report uses it too); ``threads``: ``omp parallel
+    for``; ``simd``: ``omp simd`` (with ``threads``: ``parallel for simd``);
+    ``privatized``: scatter targets (array -> element count) given per-thread
+    copies through an array-section reduction clause; ``atomic``: statements
+    whose scatters are made ``omp atomic`` when they run in threads;
+    ``mapping``: why the loop got this mapping (``pa.explain`` prints it).
+    """
+
+    facts: LoopFacts
+    iterator: str
+    threads: bool = False
+    simd: bool = False
+    privatized: dict = field(default_factory=dict)
+    atomic: frozenset = frozenset()
+    mapping: str = ""
+
+    @property
+    def reductions(self) -> dict:
+        return self.facts.reductions
+
+    @property
+    def private(self) -> tuple:
+        return self.facts.private
+
+    def directive(self) -> Optional[str]:
+        """``parallel for``, ``parallel for simd``, ``simd`` or None."""
+        if self.threads:
+            return "parallel for" + (" simd" if self.simd else "")
+        return "simd" if self.simd else None
+
+    def clauses(self) -> list[tuple[str, str, list]]:
+        """The data clauses as (kind, operator, items): kind ``reduction`` (scalars),
+        ``privatized`` (array sections, items (array, elements)), ``private``."""
+        out = []
+        by_op: dict[str, list[str]] = {}
+        for var, op in sorted(self.reductions.items()):
+            by_op.setdefault(op, []).append(var)
+        out += [("reduction", op, names) for op, names in by_op.items()]
+        if self.privatized:
+            out.append(("privatized", "+", sorted(self.privatized.items())))
+        if self.private:
+            out.append(("private", "", sorted(self.private)))
+        return out
+
+    def pragma(self, names: dict, size_text) -> Optional[str]:
+        """The ``#pragma omp`` line of the loop (None when it has none).
+
+        ``names``: DSL name -> C name; ``size_text(expr)``: C text of a size.
+        """
+        head = self.directive()
+        if head is None:
+            return None
+        if self.threads:
+            head += " schedule(static)"
+        parts = []
+        for kind, op, items in self.clauses():
+            if kind == "reduction":
+                parts.append(f"reduction({op}:{', '.join(names[v] for v in items)})")
+            elif kind == "privatized":
+                parts.append("reduction(+:" + ", ".join(
+                    f"{names[a]}[0:{size_text(n)}]" for a, n in items) + ")")
+            else:
+                parts.append(f"private({', '.join(names[v] for v in items)})")
+        return f"#pragma omp {head}" + "".join(" " + p for p in parts)
+
+    def decision(self) -> str:
+        """One line for people: the directive and its clauses, by DSL name."""
+        head = self.directive()
+        if head is None:
+            return "parallel, runs sequentially" if self.facts.parallel else "sequential"
+        parts = []
+        for kind, op, items in self.clauses():
+            if kind == "reduction":
+                parts.append(f"reduction({op}: {', '.join(items)})")
+            elif kind == "privatized":
+                parts.append("privatized(" + ", ".join(f"{a}[0:{ir.expr_str(n)}]"
+                                                       for a, n in items) + ")")
+            else:
+                parts.append(f"private({', '.join(items)})")
+        if self.atomic and self.threads:
+            parts.append(f"atomic {', '.join(sorted(self.atomic))}")
+        return "omp " + head + "".join(" " + p for p in parts)
+
+
+@dataclass(frozen=True)
+class OpenMPPlan:
+    """The OpenMP plan of a scheduled kernel: a LoopPlan per AST loop (by LoopFacts key)
+    and the C name of every DSL name."""
+
+    scheduled: object  # a ScheduledKernel or a ScheduleCandidate
+    loops: dict
+    names: dict
+
+    def loop(self, node: isl.AstNode) -> Optional[LoopPlan]:
+        """The plan of an AST for-node (None for other nodes)."""
+        key = loop_key(node)
+        return None if key is None else self.loops.get(key)
+
+    def score(self) -> tuple[int, int]:
+        """(statements under an 'omp parallel for', statements under any loop)."""
+        parallel, looped = set(), set()
+
+        def walk(node, in_loop, in_threads):
+            lp = self.loop(node)
+            in_loop = in_loop or lp is not None
+            in_threads = in_threads or (lp is not None and lp.threads)
+            if node.get_type() == isl.ast_node_type.user:
+                name = node.user_get_expr().get_op_arg(0).get_id().get_name()
+                if in_loop:
+                    looped.add(name)
+                if in_threads:
+                    parallel.add(name)
+            for c in ast_children(node):
+                walk(c, in_loop, in_threads)
+
+        walk(self.scheduled.ast, False, False)
+        return len(parallel), len(looped)
+
+
+def _order_dependent(facts: LoopFacts, kernel: ir.Kernel) -> str:
+    """Why running the loop in parallel could change float results bit-wise, or ''."""
+    floats = [v for v in facts.reductions if kernel.scalar_dtype(v).is_float]
+    floats += [a for a, s in facts.scatters.items()
+               if s.small and kernel.array_type(a).dtype.is_float]
+    if any(not s.small for s in facts.scatters.values()):
+        floats.append("atomic updates")
+    return ", ".join(floats)
+
+
+def _small(facts: LoopFacts) -> bool:
+    """At most SMALL_LOOP iterations whatever the sizes."""
+    return facts.trip_count_bound is not None and facts.trip_count_bound <= SMALL_LOOP
+
+
+class _Planner:
+    def __init__(self, scheduled, deterministic: bool):
+        self.scheduled = scheduled
+        self.kernel: ir.Kernel = scheduled.kernel
+        self.deterministic = deterministic
+        self.names = dsl_c_names(self.kernel)
+        self.by_name = {st.name: st for st in self.kernel.statements}
+        self.loops: dict[str, LoopPlan] = {}
+
+    def strategy(self, facts: LoopFacts) -> tuple[dict, frozenset]:
+        """(privatized arrays -> elements, atomic statements) for the loop's scatters."""
+        privatized = {a: s.elements for a, s in facts.scatters.items() if s.small}
+        atomic = frozenset().union(*[s.statements for s in facts.scatters.values()
+                                     if not s.small])
+        return privatized, atomic
+
+    def walk(self, node: isl.AstNode, iters: dict, enclosing: Optional[LoopPlan]) -> bool:
+        """Plan the loops in ``node``; returns True if a for-node is at or below it.
+
+        ``enclosing``: the 'omp parallel for' loop around ``node``, if any.
+        """
+        key = loop_key(node)
+        facts = self.scheduled.loops.get(key) if key is not None else None
+        if facts is None:
+            below = False
+            for child in ast_children(node):
+                below |= self.walk(child, iters, enclosing)
+            return below
+        it = node.for_get_iterator().get_id().get_name()
+        name = self.iterator_name(node, it, iters)
+        privatized, atomic = self.strategy(facts)
+        threads, mapping = self.threads(node, facts, atomic, enclosing)
+        lp = LoopPlan(facts, name, threads, False, privatized, atomic, mapping)
+        below = False
+        for child in ast_children(node):
+            below |= self.walk(child, {**iters, it: name}, lp if threads else enclosing)
+        # 'omp simd' on innermost loops whose only carried dependences are
+        # reductions (the clause lets the sum be vectorized: 5x on the TV cost),
+        # never with private scalars: gcc 12 miscompiles 'parallel for simd
+        # private(...)' (tests/test_ad_primal_values.py::two_writers).
+        # Privatized sums (a filter gradient d_f[k] += ...) get an array-section
+        # reduction clause on the simd loop too: per-lane partial sums. Its final
+        # combine writes the whole section, so inside a thread loop the section
+        # must be that loop's private copy too (else threads race on it).
+        shared = set(privatized) - set(enclosing.privatized if enclosing else ())
+        if (not below and facts.parallel and not facts.private and not atomic
+                and not (enclosing is not None and shared)):
+            lp = LoopPlan(facts, name, threads, True, privatized, atomic, mapping + (
+                "; innermost loop: 'omp simd'" + (
+                    " with the reduction clause" if facts.reductions or privatized else "")))
+        self.loops[key] = lp
+        return True
+
+    def threads(self, node, facts: LoopFacts, atomic: frozenset,
+                enclosing: Optional[LoopPlan]) -> tuple[bool, str]:
+        """Whether the loop becomes 'omp parallel for', and why (or why not)."""
+        if not facts.parallel:
+            return False, ""
+        order = _order_dependent(facts, self.kernel) if self.deterministic else ""
+        if order:
+            return False, f"left sequential (deterministic=True): parallel form reorders {order}"
+        if _small(facts):
+            return False, f"left sequential: at most {SMALL_LOOP} iterations, too few for threads"
+        if enclosing is not None:
+            return False, "runs inside an enclosing 'omp parallel for' loop"
+        if not atomic or not self.has_clean_parallel(node.for_get_body()):
+            return True, "outermost parallel loop: 'omp parallel for'"
+        return False, ("left sequential: it needs atomics, and an inner loop is "
+                       "parallel without them")
+
+    def has_clean_parallel(self, node: isl.AstNode) -> bool:
+        """A parallel loop below ``node`` that needs no atomics and is not small."""
+        key = loop_key(node)
+        facts = self.scheduled.loops.get(key) if key is not None else None
+        if facts is not None and facts.parallel and not self.strategy(facts)[1] \
+                and not _small(facts):
+            return True
+        return any(self.has_clean_parallel(c) for c in ast_children(node))
+
+    def iterator_name(self, node, it: str, iters: dict) -> str:
+        """The DSL loop variable this AST loop runs over, when that is unambiguous."""
+        candidates: set = set()
+        self._collect_loop_vars(node.for_get_body(), it, candidates)
+        taken = set(iters.values()) | set(self.names.values())
+        if len(candidates) == 1:
+            name = cname(candidates.pop())
+            if name not in taken:
+                return name
+        name = it
+        while name in taken:
+            name = "_" + name
+        return name
+
+    def _collect_loop_vars(self, node, it, out: set):
+        if node.get_type() == isl.ast_node_type.user:
+            call = node.user_get_expr()
+            st = self.by_name[call.get_op_arg(0).get_id().get_name()]
+            for k in range(1, call.get_op_n_arg()):
+                a = call.get_op_arg(k)
+                if a.get_type() == isl.ast_expr_type.id and a.get_id().get_name() == it:
+                    out.add(st.loop_vars[k - 1])
+            return
+        for c in ast_children(node):
+            self._collect_loop_vars(c, it, out)
+
+
+def plan(scheduled, deterministic: bool = False) -> OpenMPPlan:
+    """The OpenMP plan of a ScheduledKernel (or ScheduleCandidate).
+
+    ``deterministic=True`` keeps loops sequential where the parallel form would
+    reorder floating-point sums (reduction clauses, privatized copies,
+    atomics), so results are the same bit for bit on every run and thread count.
+    """
+    planner = _Planner(scheduled, deterministic)
+    planner.walk(scheduled.ast, {}, None)
+    return OpenMPPlan(scheduled, planner.loops, planner.names)
+
+
+class OpenMPTarget:
+    """OpenMP C99 for the host compiler (``cc -O3 -fopenmp``); see ``polyad.target.Target``."""
+
+    name = "openmp"
+    source_suffix = ".c"
+    dialect = C99
+
+    def plan(self, scheduled, options) -> OpenMPPlan:
+        return plan(scheduled, options.deterministic)
+
+    def score(self, plan: OpenMPPlan) -> tuple[int, int]:
+        return plan.score()
+
+    def emit(self, plan: OpenMPPlan) -> str:
+        return emit_c(plan, self.dialect)
+
+    def signature(self, kernel: ir.Kernel):
+        return signature(kernel, self.dialect)
+
+    def load(self, artifact, sanitize: Optional[str] = None) -> CompiledKernel:
+        sk: ScheduledKernel = artifact.scheduled
+        return CompiledKernel(sk.kernel, artifact.source, artifact.signature, sk.requirements,
+                              sk.model.params, sanitize)
