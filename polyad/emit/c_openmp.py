@@ -118,11 +118,12 @@ class _Emitter:
     def statement(self, st: ir.Statement, indent: str, atomic: bool):
         """Print one (substituted) statement, guarded and/or atomic as needed."""
         p = self.printer
+        target = self.target_text(st)
         value = p.expr(st.expr, self.names)
         if atomic:
-            lines = self.dialect.atomic_update(self.target_text(st), st.op, value)
+            lines = self.dialect.atomic_update(target, st.op, value)
         else:
-            lines = [f"{self.target_text(st)} {st.op} {value};"]
+            lines = [f"{target} {st.op} {value};"]
         lines[-1] += self.comment(st)
         if st.guard is not None:
             self.out(indent, f"if ({p.expr(st.guard, self.names)}) {{")
