@@ -76,6 +76,7 @@ class Kernel:
         self.__polyad_kernel__ = ir_kernel
         self._artifacts: dict = {}
         self._compiled: dict = {}
+        self._default: Optional[CompiledKernel] = None  # compile() with default options
 
     def artifact(self, options: Options = Options()) -> Artifact:
         """The pipeline's result for ``options`` (scheduled, planned, emitted; cached)."""
@@ -104,7 +105,10 @@ class Kernel:
         return explain(self, format, target, deterministic)
 
     def __call__(self, *args, **kwargs):
-        return self.compile()(*args, **kwargs)
+        fn = self._default
+        if fn is None:
+            fn = self._default = self.compile()
+        return fn(*args, **kwargs)
 
     def __repr__(self) -> str:
         return f"<polyad kernel {self.ir.name} ({self.ir.filename}:{self.ir.line})>"

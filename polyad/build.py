@@ -31,7 +31,7 @@ import cffi
 import islpy as isl
 
 from . import ir
-from .derivatives import DerivedKernel
+from .derivatives import DerivedKernel, result_packager
 from .emit.c_openmp import POLYAD_VERSION, CSignature, cname
 from .emit.header import c_header
 from .errors import PolyadError
@@ -43,7 +43,8 @@ from .runtime.loader import KernelFunction, c_prototype
 from .schedule import ScheduledKernel
 from .target import get_target
 
-METADATA_FORMAT = 1
+# 2: no C parameter list in the metadata (the loader derives it from the kernel IR).
+METADATA_FORMAT = 2
 
 KernelsArg = Union[Iterable, Mapping[str, object]]
 
@@ -201,7 +202,6 @@ def ffibuilder(module_name: str, kernels: KernelsArg, target: str = "openmp", *,
 def _kernel_metadata(e: EmittedKernel, obj) -> dict:
     sk = e.scheduled
     return {"name": e.name, "c_name": e.signature.name,
-            "signature": [list(p) for p in e.signature.params],
             "param_names": list(sk.model.params),
             "requirements": [[str(r.bad_params), r.message] for r in sk.requirements],
             "kernel": _to_json(sk.kernel),
@@ -290,9 +290,10 @@ class DerivedFunction:
         self.wrt = tuple(wrt) if isinstance(wrt, list) else wrt
         self.wrt_names = list(derived["wrt_names"])
         self.primal = _from_json(derived["primal"])
+        self._package = result_packager(self.kind, self.wrt, self.wrt_names, self.primal)
 
     def __call__(self, *args, **kwargs):
-        return DerivedKernel.package(self, self.raw(*args, **kwargs))
+        return self._package(self.raw(*args, **kwargs))
 
 
 class KernelModule:
@@ -317,13 +318,14 @@ class KernelModule:
                               f"rebuild the package")
         self.__name__ = module.__name__
         self.module = module
+        target = get_target(meta["target"])
         ctx = isl.Context()
         self._kernels: dict = {}
         for entry in meta["kernels"]:
-            sig = CSignature(entry["c_name"], [tuple(p) for p in entry["signature"]])
+            kernel = _from_json(entry["kernel"])
             reqs = [SizeRequirement(isl.Set.read_from_str(ctx, text), message)
                     for text, message in entry["requirements"]]
-            fn = KernelFunction(_from_json(entry["kernel"]), sig, reqs, entry["param_names"],
+            fn = KernelFunction(kernel, target.signature(kernel), reqs, entry["param_names"],
                                 module.ffi, getattr(module.lib, entry["c_name"]))
             derived = entry.get("derived")
             self._kernels[entry["name"]] = fn if derived is None else DerivedFunction(fn, derived)

@@ -69,29 +69,17 @@ class DerivedKernel(Kernel):
         self.primal = primal
         self.wrt = wrt
         self.wrt_names = ad.check_wrt(kernel_ir(primal), wrt)
+        self._package = result_packager(kind, wrt, self.wrt_names, kernel_ir(primal))
 
     def __call__(self, *args, **kwargs):
-        return self.package(Kernel.__call__(self, *args, **kwargs))
+        fn = self._default
+        if fn is None:
+            fn = self._default = self.compile()
+        return self._package(fn(*args, **kwargs))
 
     def package(self, raw):
         """Shape the raw outputs (``d_<wrt>`` arrays, maybe led by the value) for the user."""
-        n = len(self.wrt_names)
-        if self.kind == "value_and_grad":
-            value, outs = raw[0], list(raw[1:])
-        else:
-            value, outs = None, list(raw) if n > 1 else [raw]
-        pk = kernel_ir(self.primal)
-        grads = []
-        for name, o in zip(self.wrt_names, outs):
-            p = pk.param(name)
-            grads.append(o if p.is_array else float(np.asarray(o).reshape(-1)[0]))
-        if isinstance(self.wrt, str):
-            g = grads[0]
-        elif isinstance(self.wrt, dict):
-            g = dict(zip(self.wrt.keys(), grads))
-        else:
-            g = tuple(grads)
-        return (value, g) if self.kind == "value_and_grad" else g
+        return self._package(raw)
 
     def tape_bytes(self, **sizes) -> int:
         """Bytes of tape memory one call allocates for these sizes (and int parameters)."""
@@ -99,6 +87,34 @@ class DerivedKernel(Kernel):
 
     def __repr__(self):
         return f"<polyad {self.kind} kernel {self.ir.name}>"
+
+
+def result_packager(kind: str, wrt, wrt_names, primal: ir.Kernel):
+    """The function that shapes a derived kernel's raw outputs (``d_<wrt>`` arrays, led
+    by the value for ``value_and_grad``) as the user gets them: one value, a tuple or a
+    dict like ``wrt``, a Python float for a float scalar ``wrt``. Decided once per
+    derived kernel, so a call pays nothing for it when ``wrt`` names one array."""
+    scalar = tuple(not primal.param(name).is_array for name in wrt_names)
+    with_value = kind == "value_and_grad"
+    if isinstance(wrt, str) and not scalar[0]:
+        return (lambda raw: (raw[0], raw[1])) if with_value else (lambda raw: raw)
+    several = len(wrt_names) > 1
+
+    def package(raw):
+        if with_value:
+            value, outs = raw[0], raw[1:]
+        else:
+            value, outs = None, raw if several else (raw,)
+        grads = [float(np.asarray(o).reshape(-1)[0]) if s else o for o, s in zip(outs, scalar)]
+        if isinstance(wrt, str):
+            g = grads[0]
+        elif isinstance(wrt, dict):
+            g = dict(zip(wrt.keys(), grads))
+        else:
+            g = tuple(grads)
+        return (value, g) if with_value else g
+
+    return package
 
 
 def _derived(k, wrt, kind, build):

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Optional
 
 import islpy as isl
 
@@ -42,18 +43,61 @@ def cname(name: str) -> str:
     return name + "_" if name in C_RESERVED or name.startswith("pa_") else name
 
 
-@dataclass
-class CSignature:
-    """The C-level parameter list: (kind, DSL name, C declaration) triples.
+@dataclass(frozen=True)
+class CParam:
+    """One parameter of a kernel's C function, as typed fields (never C text to parse).
 
-    kind is ``array``, ``scalar``, ``size``, ``temp`` or ``result``.
+    ``kind``: ``array`` (a DSL array parameter), ``scalar`` (a DSL scalar, by
+    value), ``size`` (``int64_t``), ``temp`` (scratch the caller allocates) or
+    ``result`` (pointer receiving the returned scalar). ``role``: ``in``,
+    ``out`` or ``inout`` (how the kernel uses the value or pointee), ``temp``
+    for scratch. ``dtype`` is the element type of pointers, the value type
+    otherwise; ``extents`` the array's shape in sizes (and integer
+    parameters), ``()`` for values and the result; ``mode`` its boundary
+    mode; ``const`` whether the pointee is only read; ``zero_filled`` (temps)
+    whether the kernel expects it zero-filled on entry.
     """
 
+    kind: str
     name: str
-    params: list
+    c_name: str
+    role: str
+    dtype: ir.DType
+    extents: tuple = ()
+    mode: Optional[str] = None
+    const: bool = False
+    zero_filled: bool = False
 
-    def declaration(self) -> str:
-        return f"void {self.name}({', '.join(d for _, _, d in self.params) or 'void'})"
+    @property
+    def is_pointer(self) -> bool:
+        return self.kind in ("array", "temp", "result")
+
+    def c_type(self, restrict: str = "restrict") -> str:
+        """The parameter's C type: ``const double *restrict``, ``int64_t``, ...
+        (``restrict``: the no-alias qualifier's spelling, ``""`` for none)."""
+        if not self.is_pointer:
+            return self.dtype.c_type
+        return ("const " if self.const else "") + self.dtype.c_type + " *" + restrict
+
+    def declaration(self, restrict: str = "restrict") -> str:
+        """``const double *restrict x``; ``restrict=""`` gives ``const double *x`` (C++
+        has no ``restrict``; cffi ignores it)."""
+        c_type = self.c_type(restrict)
+        return f"{c_type}{'' if c_type.endswith('*') else ' '}{self.c_name}"
+
+
+@dataclass(frozen=True)
+class CSignature:
+    """A kernel's C function: its name and its parameters (``CParam``) in call order."""
+
+    name: str
+    params: tuple
+    restrict: str = "restrict"  # the no-alias qualifier as the target's dialect spells it
+
+    def declaration(self, restrict: bool = True) -> str:
+        """``void NAME(PARAMS)``; ``restrict=False`` for C++ headers and cffi's ``cdef``."""
+        decls = ", ".join(p.declaration(self.restrict if restrict else "") for p in self.params)
+        return f"void {self.name}({decls or 'void'})"
 
 
 def dsl_c_names(kernel: ir.Kernel) -> dict[str, str]:
@@ -66,25 +110,26 @@ def dsl_c_names(kernel: ir.Kernel) -> dict[str, str]:
 
 
 def signature(kernel: ir.Kernel, dialect: Dialect = C99) -> CSignature:
-    """The C parameter list of ``kernel`` (see the module docstring for the order)."""
-    restrict = dialect.restrict
+    """The C signature of ``kernel``'s function (see the module docstring for the order);
+    ``dialect`` spells its no-alias qualifier."""
     written = {st.target.array for st in kernel.statements if isinstance(st.target, Load)}
     params = []
     for p in kernel.params:
         if p.is_array:
-            const = "" if p.name in written or p.intent != "in" else "const "
-            params.append(("array", p.name,
-                           f"{const}{p.type.dtype.c_type} *{restrict} {cname(p.name)}"))
+            at = p.type
+            params.append(CParam("array", p.name, cname(p.name), p.intent, at.dtype, at.shape,
+                                 at.mode, const=p.name not in written and p.intent == "in"))
         else:
-            params.append(("scalar", p.name, f"{p.type.c_type} {cname(p.name)}"))
+            params.append(CParam("scalar", p.name, cname(p.name), "in", p.type))
     for s in kernel.sizes:
-        params.append(("size", s, f"int64_t {cname(s)}"))
+        params.append(CParam("size", s, cname(s), "in", ir.i64))
     for t in kernel.temps:
-        params.append(("temp", t.name, f"{t.type.dtype.c_type} *{restrict} {cname(t.name)}"))
+        params.append(CParam("temp", t.name, cname(t.name), "temp", t.type.dtype, t.type.shape,
+                             t.type.mode, zero_filled=t.zero))
     if kernel.result is not None:
         name, dt = kernel.result
-        params.append(("result", name, f"{dt.c_type} *{restrict} {cname(name)}_out"))
-    return CSignature(cname(kernel.name), params)
+        params.append(CParam("result", name, cname(name) + "_out", "out", dt))
+    return CSignature(cname(kernel.name), tuple(params), dialect.restrict)
 
 
 class _Emitter:

@@ -3,13 +3,24 @@
 ``KernelFunction`` checks every argument before any C runs: types and dtypes
 (no silent conversion), ndim, shapes against the size symbols, C-contiguity,
 outputs aliasing other arrays, and the size conditions boundary modes need.
+
+A call runs a **binding plan** made once per kernel and per call pattern
+(how many positional arguments, which keywords): where each parameter's
+value comes from, the order in which array extents determine or check the
+sizes (extents compiled to small Python functions), which array pairs could
+alias, which outputs to allocate. The success path is then a few attribute
+reads and comparisons per argument, ``ffi.from_buffer`` per array and one
+cffi call. When a guard fails, the check that owns the error runs in full
+(``_check_array``, ``_scalar``, ``_infer_sizes``, ``_check_aliasing``) and
+raises the error it always raised; those checkers are the specification
+the plan's guards implement.
 """
 
 from __future__ import annotations
 
-import re
 import threading
-from typing import Optional
+from dataclasses import dataclass
+from typing import Callable, Optional
 
 import cffi
 import islpy as isl
@@ -37,6 +48,127 @@ def _solve_extent(e: ir.Expr, value: int, sizes: dict) -> Optional[tuple[str, in
     return name, x
 
 
+# --------------------------------------------------------------------------
+# extents compiled to Python functions
+# --------------------------------------------------------------------------
+
+_INT_OPS = {"+": "+", "-": "-", "*": "*", "//": "//", "%": "%"}
+
+
+def _extent_source(e: ir.Expr, slot: dict) -> Optional[str]:
+    """Python source of integer expression ``e`` over ``v[slot[name]]``, as
+    ``ir.eval_integer`` evaluates it; None when ``eval_integer`` cannot."""
+    if isinstance(e, ir.Const):
+        return repr(int(e.value))
+    if isinstance(e, (SizeVar, ir.ScalarRef)):
+        return f"v[{slot[e.name]}]" if e.name in slot else None
+    if isinstance(e, ir.Cast):
+        return _extent_source(e.a, slot)
+    if isinstance(e, ir.Unary) and e.op == "neg":
+        a = _extent_source(e.a, slot)
+        return None if a is None else f"(-{a})"
+    if isinstance(e, ir.Binary) and e.op in _INT_OPS:
+        a, b = _extent_source(e.a, slot), _extent_source(e.b, slot)
+        return None if a is None or b is None else f"({a} {_INT_OPS[e.op]} {b})"
+    return None
+
+
+def _compile_extent(e: ir.Expr, slot: dict) -> Optional[Callable[[list], int]]:
+    """``e`` as a function of the value list ``v`` (sizes, then integer parameters).
+
+    Division or remainder by zero raises ZeroDivisionError where
+    ``ir.eval_integer`` gives None; callers treat both as "cannot evaluate".
+    """
+    src = _extent_source(e, slot)
+    return None if src is None else eval(f"lambda v: {src}", {})  # noqa: S307 (our own text)
+
+
+def _compile_shape(shape: tuple, slot: dict, clamp: bool = False) -> Callable[[list], tuple]:
+    """The whole shape as one function of the value list (``clamp``: negative -> 0)."""
+    parts = [_extent_source(e, slot) for e in shape]
+    if any(p is None for p in parts):
+        raise AssertionError(f"an extent of {shape} is not an integer expression of sizes "
+                             f"and integer parameters")
+    items = "".join((f"max(0, {p}), " if clamp else f"{p}, ") for p in parts)
+    return eval(f"lambda v: ({items})", {})  # noqa: S307 (our own text)
+
+
+def _solve_into(v: list, slot: int, fn: Callable[[list], int], n: int) -> bool:
+    """Set ``v[slot]`` so that ``fn(v) == n`` (``fn`` linear in it), as ``_solve_extent``
+    does; False when that has no integer solution it can find."""
+    v[slot] = 0
+    f0 = fn(v)
+    v[slot] = 1
+    step = fn(v) - f0
+    if step == 0:
+        return False
+    x, rem = divmod(n - f0, step)
+    v[slot] = x
+    return not rem and fn(v) == n
+
+
+def _size_names(e: ir.Expr) -> set:
+    return {x.name for x in ir.walk(e) if isinstance(x, SizeVar)}
+
+
+def _other_names(e: ir.Expr) -> set:
+    """Names in ``e`` that are not sizes (``ir.eval_integer`` never knows them here)."""
+    return {x.name for x in ir.walk(e) if isinstance(x, (ir.ScalarRef, ir.LoopVar))}
+
+
+# --------------------------------------------------------------------------
+# binding plans
+# --------------------------------------------------------------------------
+
+# What a DSL parameter is, for the per-call loop.
+_ARRAY, _FLOAT, _INT = 0, 1, 2
+# Where a value comes from in one call pattern.
+_POSITIONAL, _KEYWORD, _OMITTED = 0, 1, 2
+# Size-inference steps, in the order ``_infer_sizes`` takes them.
+_SET, _EQUAL, _EVAL, _SOLVE = 0, 1, 2, 3
+# The value of an output the caller left out (``None`` is a value a caller may pass).
+_OMITTED_OUTPUT = object()
+
+
+@dataclass(frozen=True, slots=True)
+class _ParamSpec:
+    """What a call checks and passes for one DSL parameter (the same in every pattern)."""
+
+    param: ir.Param
+    kind: int                  # _ARRAY, _FLOAT or _INT
+    dtype: Optional[np.dtype]  # arrays: the element dtype numpy reports
+    ndim: int
+    written: bool              # arrays the kernel writes (must be writeable)
+    buffer_type: object        # arrays: the cffi ``T[]`` type ``from_buffer`` builds
+    low: int = 0               # integer scalars: the range of their C type
+    high: int = 0
+    value_slot: int = -1       # integer parameters in size conditions: slot in the value list
+
+
+@dataclass(frozen=True, slots=True)
+class _CallPlan:
+    """How one call pattern binds its arguments (built on the first call with the pattern).
+
+    ``sources``: per DSL parameter (``_POSITIONAL``, index), (``_KEYWORD``, name) or
+    (``_OMITTED``, None) for an output to allocate. ``size_keywords``: (slot, name) of
+    sizes passed explicitly. ``steps``: the size-inference program
+    (op, parameter, dimension, size slot, compiled extent); ``complete`` is False when
+    some size cannot be inferred (the call then raises through ``_infer_sizes``).
+    ``signed``: slots of sizes that may come out negative. ``alias_pairs``: (written,
+    other) parameter indices of caller-supplied arrays. ``allocate``: (parameter,
+    compiled shape) of omitted outputs.
+    """
+
+    sources: tuple
+    positional_only: bool
+    size_keywords: tuple
+    steps: tuple
+    complete: bool
+    signed: tuple
+    alias_pairs: tuple
+    allocate: tuple
+
+
 class KernelFunction:
     """A kernel's C function behind polyad's Python call interface.
 
@@ -44,8 +176,11 @@ class KernelFunction:
     temporaries, calls ``fn`` (a cffi function of ``ffi``) and returns the
     result. ``CompiledKernel`` (JIT) and ``polyad.build.load`` (a prebuilt
     cffi extension) both call kernels through this class.
-    Attributes: ``kernel`` (IR), ``signature`` (the C parameter list),
+    Attributes: ``kernel`` (IR), ``signature`` (``CSignature``: the C parameters),
     ``requirements`` (size conditions checked before the call).
+
+    Inputs other than numpy arrays (DLPack, the array interface) would be one
+    more branch where a parameter's guard fails, before ``_check_array``.
     """
 
     def __init__(self, kernel: ir.Kernel, signature, requirements, param_names, ffi: cffi.FFI,
@@ -56,14 +191,264 @@ class KernelFunction:
         self._param_names = param_names  # isl parameter names, in order
         self._ffi = ffi
         self._fn = fn
+        # cffi's Python-level FFI.from_buffer only forwards to its C backend's.
+        self._from_buffer = getattr(getattr(ffi, "_backend", None), "from_buffer",
+                                    ffi.from_buffer)
         self._checked_sizes: dict[tuple, None] = {}
         self._params = {p.name: p for p in kernel.params}
-        # Temporaries are reused from call to call (per thread, so concurrent
-        # calls never share one): a fresh large array costs a page fault per
-        # page on every call, more than the kernel itself for big images.
-        self._temp_buffers = threading.local()
+        self._check_signature_layout()
+        # The value list of a call: the sizes, then the integer parameters, in the
+        # order of ``param_names`` (the size conditions' ISL parameters).
+        self._slot = {name: i for i, name in enumerate((*kernel.sizes, *kernel.int_params))}
+        self._specs = tuple(self._spec(p) for p in kernel.params)
+        self._nvalues = len(self._slot)
+        self._nsizes = len(kernel.sizes)
+        self._temps = tuple((t.type.dtype.np, t.zero, _compile_shape(t.type.shape, self._slot, True),
+                             ffi.typeof(t.type.dtype.c_type + "[]")) for t in kernel.temps)
+        self._out_indices = tuple(i for i, p in enumerate(kernel.params) if p.intent == "out")
+        self._result_type = (None if kernel.result is None else
+                             (kernel.result[1].np, ffi.typeof(kernel.result[1].c_type + "[]")))
+        self._plans: dict = {}
+        # Temporaries and the result cell are reused from call to call (per thread,
+        # so concurrent calls never share one): a fresh large array costs a page
+        # fault per page on every call, more than the kernel itself for big images.
+        self._buffers = threading.local()
 
-    # ---- argument binding ----------------------------------------------
+    def _check_signature_layout(self) -> None:
+        """The C parameters are the DSL parameters, sizes, temporaries, result, in order."""
+        k = self.kernel
+        expected = ([("array" if p.is_array else "scalar", p.name) for p in k.params]
+                    + [("size", s) for s in k.sizes] + [("temp", t.name) for t in k.temps]
+                    + ([("result", k.result[0])] if k.result is not None else []))
+        actual = [(p.kind, p.name) for p in self.signature.params]
+        if actual != expected:
+            raise AssertionError(f"C signature of {k.name} does not follow the calling "
+                                 f"convention: {actual} != {expected}")
+
+    def _spec(self, p: ir.Param) -> _ParamSpec:
+        if p.is_array:
+            dt = p.type.dtype
+            return _ParamSpec(p, _ARRAY, dt.np, p.type.ndim, p.intent != "in",
+                              self._ffi.typeof(dt.c_type + "[]"))
+        if p.type.is_float:
+            return _ParamSpec(p, _FLOAT, None, 0, False, None)
+        info = np.iinfo(p.type.np)
+        return _ParamSpec(p, _INT, None, 0, False, None, int(info.min), int(info.max),
+                          self._slot.get(p.name, -1))
+
+    # ---- plans ----------------------------------------------------------
+    def _plan(self, args: tuple, kwargs: dict) -> _CallPlan:
+        """The plan of the call pattern of ``args``/``kwargs`` (made and kept on first use).
+
+        Binding errors of the pattern itself (too many arguments, unknown or
+        repeated keywords, a missing argument) raise here, as ``_bind`` words them.
+        """
+        self._bind(args, kwargs)
+        k = self.kernel
+        position = {p.name: i for i, p in enumerate(k.params)}
+        sources = []
+        for i, p in enumerate(k.params):
+            if i < len(args):
+                sources.append((_POSITIONAL, i))
+            elif p.name in kwargs:
+                sources.append((_KEYWORD, p.name))
+            else:
+                sources.append((_OMITTED, None))
+        explicit = [name for name in kwargs if name not in position]
+        steps, known = self._size_steps(sources, set(explicit))
+        written = [i for i, p in enumerate(k.params) if p.is_array and p.intent != "in"
+                   and sources[i][0] != _OMITTED]
+        supplied = [i for i, p in enumerate(k.params) if p.is_array
+                    and sources[i][0] != _OMITTED]
+        plan = _CallPlan(
+            sources=tuple(sources),
+            positional_only=not kwargs and len(args) == len(k.params),
+            size_keywords=tuple((self._slot[name], name) for name in explicit),
+            steps=steps,
+            complete=known >= set(k.sizes),
+            signed=tuple(self._slot[s] for s in explicit)
+            + tuple(step[3] for step in steps if step[0] == _SOLVE),
+            alias_pairs=tuple((w, o) for w in written for o in supplied if o != w),
+            allocate=tuple((i, _compile_shape(p.type.shape, self._slot))
+                           for i, p in enumerate(k.params) if sources[i][0] == _OMITTED))
+        self._plans[len(args) if not kwargs else (len(args), *kwargs)] = plan
+        return plan
+
+    def _size_steps(self, sources: list, explicit: set) -> tuple[tuple, set]:
+        """``_infer_sizes``'s sequence of solves and checks for this pattern, as steps.
+
+        Which item ``_infer_sizes`` settles when depends only on which sizes are
+        known, so replaying its loop on names gives its exact order, provided
+        every solve succeeds; a call whose solve fails takes ``_infer_sizes``
+        itself.
+        """
+        k = self.kernel
+        pending = [(i, d, ext) for i, p in enumerate(k.params)
+                   if p.is_array and sources[i][0] != _OMITTED
+                   for d, ext in enumerate(p.type.shape)]
+        known = set(explicit)
+        steps = []
+        progress = True
+        while pending and progress:
+            progress = False
+            for item in list(pending):
+                i, d, ext = item
+                if _other_names(ext):
+                    continue  # eval_integer never evaluates it: never settled
+                unknown = _size_names(ext) - known
+                if not unknown:
+                    if isinstance(ext, SizeVar):
+                        steps.append((_EQUAL, i, d, self._slot[ext.name], None))
+                    else:
+                        steps.append((_EVAL, i, d, -1, _compile_extent(ext, self._slot)))
+                elif len(unknown) == 1:
+                    name = unknown.pop()
+                    op = _SET if isinstance(ext, SizeVar) else _SOLVE
+                    steps.append((op, i, d, self._slot[name], _compile_extent(ext, self._slot)))
+                    known.add(name)
+                else:
+                    continue
+                pending.remove(item)
+                progress = True
+        return tuple(steps), known
+
+    # ---- the call --------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        plan = self._plans.get(len(args) if not kwargs else (len(args), *kwargs))
+        if plan is None:
+            plan = self._plan(args, kwargs)
+        if plan.positional_only:
+            values = args
+        else:
+            values = [args[key] if src == _POSITIONAL else kwargs[key] if src == _KEYWORD
+                      else _OMITTED_OUTPUT for src, key in plan.sources]
+        v = [None] * self._nvalues  # sizes, then integer parameters
+        for slot, name in plan.size_keywords:
+            n = kwargs[name]
+            v[slot] = n if type(n) is int else self._size_value(name, n)
+        from_buffer = self._from_buffer
+        cvals = []
+        for spec, a in zip(self._specs, values):
+            kind = spec.kind
+            if kind == _ARRAY:
+                if a is _OMITTED_OUTPUT:
+                    cvals.append(None)  # allocated below
+                    continue
+                if type(a) is not np.ndarray or a.dtype is not spec.dtype or a.ndim != spec.ndim:
+                    self._check_array(spec.param, a)
+                flags = a.flags
+                if not flags.c_contiguous or (spec.written and not flags.writeable):
+                    self._check_array(spec.param, a)
+                cvals.append(from_buffer(spec.buffer_type, a, False))
+            elif kind == _FLOAT:
+                cvals.append(a if type(a) is float else self._scalar(spec.param, a))
+            else:
+                if type(a) is not int or not spec.low <= a <= spec.high:
+                    a = self._scalar(spec.param, a)
+                cvals.append(a)
+                if spec.value_slot >= 0:
+                    v[spec.value_slot] = a
+        # Sizes: the plan's steps, in _infer_sizes's order (which takes over where they fail).
+        ok = plan.complete
+        if ok:
+            try:
+                for op, i, d, slot, fn in plan.steps:
+                    n = values[i].shape[d]
+                    if op == _SET:
+                        v[slot] = n
+                    elif op == _EQUAL:
+                        if v[slot] != n:
+                            ok = False
+                            break
+                    elif op == _EVAL:
+                        if fn(v) != n:
+                            ok = False
+                            break
+                    elif not _solve_into(v, slot, fn, n):
+                        ok = False
+                        break
+            except ZeroDivisionError:
+                ok = False
+            for slot in plan.signed:
+                if v[slot] < 0:
+                    ok = False
+        if not ok:
+            self._sizes_the_long_way(plan, values, v)
+        if self.requirements:
+            key = tuple(v)
+            if key not in self._checked_sizes:
+                self._check_requirements_values(key)
+        if plan.allocate:
+            values = list(values)
+            for i, shape in plan.allocate:
+                spec = self._specs[i]
+                a = values[i] = np.zeros(shape(v), spec.dtype)
+                cvals[i] = from_buffer(spec.buffer_type, a, False)
+        for w, o in plan.alias_pairs:
+            a, b = values[w], values[o]
+            if a is b or not (a.flags.owndata and b.flags.owndata) and np.may_share_memory(a, b):
+                self._check_aliasing(self._arrays_by_name(plan, values))
+        if self._temps:
+            cvals += v[:self._nsizes]
+            cvals += self._temporaries(v)
+        else:
+            cvals += v[:self._nsizes] if self._nsizes < self._nvalues else v
+        result = self._result_type
+        if result is not None:
+            result, pointer = self._result_cell()
+            cvals.append(pointer)
+        self._fn(*cvals)
+        if self._out_indices:
+            outs = [values[i] for i in self._out_indices]
+            if result is not None:
+                return (result[0], *outs)
+            return outs[0] if len(outs) == 1 else tuple(outs)
+        return None if result is None else result[0]
+
+    def _sizes_the_long_way(self, plan: _CallPlan, values, v: list) -> None:
+        """Infer the sizes with ``_infer_sizes`` (which raises the error the plan's steps
+        detected, or settles a case they do not cover) and store them in ``v``."""
+        sizes = {name: v[slot] for slot, name in plan.size_keywords}
+        arrays = {p.name: a for p, a in zip(self.kernel.params, values)
+                  if p.is_array and a is not _OMITTED_OUTPUT}
+        self._infer_sizes(arrays, sizes)
+        for name, n in sizes.items():
+            v[self._slot[name]] = n
+
+    def _arrays_by_name(self, plan: _CallPlan, values) -> dict:
+        """The call's arrays in ``_check_aliasing``'s order: supplied ones, then allocated."""
+        params = self.kernel.params
+        order = [i for i, p in enumerate(params) if p.is_array and plan.sources[i][0] != _OMITTED]
+        order += [i for i, _ in plan.allocate]
+        return {params[i].name: values[i] for i in order}
+
+    def _temporaries(self, v: list) -> list:
+        """This thread's buffers for the temporaries, as C pointers (``pa.zeros`` ones zeroed)."""
+        buffers = getattr(self._buffers, "temps", None)
+        if buffers is None:
+            buffers = self._buffers.temps = [None] * len(self._temps)
+        pointers = []
+        for j, (dtype, zero, shape_of, buffer_type) in enumerate(self._temps):
+            shape = shape_of(v)
+            cached = buffers[j]
+            if cached is None or cached[0].shape != shape:
+                array = np.empty(shape, dtype)
+                cached = buffers[j] = (array, self._from_buffer(buffer_type, array, False))
+            if zero:
+                cached[0].fill(0)
+            pointers.append(cached[1])
+        return pointers
+
+    def _result_cell(self):
+        """This thread's one-element array receiving the returned scalar, and its pointer."""
+        cell = getattr(self._buffers, "result", None)
+        if cell is None:
+            array = np.zeros(1, self._result_type[0])
+            cell = self._buffers.result = (array, self._from_buffer(self._result_type[1], array,
+                                                                    False))
+        return cell
+
+    # ---- the checks (the specification of the plan's guards) ------------
     def _bind(self, args, kwargs) -> tuple[dict, dict]:
         k = self.kernel
         if len(args) > len(k.params):
@@ -76,9 +461,7 @@ class KernelFunction:
                     raise ArgumentError(f"{k.name}() got argument {name!r} twice")
                 values[name] = v
             elif name in k.sizes:
-                if not isinstance(v, (int, np.integer)) or isinstance(v, bool):
-                    raise DTypeError(f"size {name} must be an integer, got {v!r}")
-                sizes[name] = int(v)
+                sizes[name] = self._size_value(name, v)
             else:
                 raise ArgumentError(f"{k.name}() got an unknown argument {name!r}; its parameters "
                                     f"are {[p.name for p in k.params]}, sizes {list(k.sizes)}")
@@ -86,6 +469,12 @@ class KernelFunction:
             if p.name not in values and p.intent != "out":
                 raise ArgumentError(f"{k.name}() is missing argument {p.name!r}")
         return values, sizes
+
+    @staticmethod
+    def _size_value(name: str, v) -> int:
+        if not isinstance(v, (int, np.integer)) or isinstance(v, bool):
+            raise DTypeError(f"size {name} must be an integer, got {v!r}")
+        return int(v)
 
     def _check_array(self, p: ir.Param, a) -> None:
         k = self.kernel
@@ -139,12 +528,8 @@ class KernelFunction:
             if sizes[s] < 0:
                 raise ShapeError(f"{k.name}(): size {s} = {sizes[s]}, but sizes must be >= 0")
 
-    def _check_requirements(self, sizes: dict, ints: dict) -> None:
-        if not self.requirements:
-            return
-        values = tuple(sizes.get(n, ints.get(n)) for n in self._param_names)
-        if values in self._checked_sizes:
-            return
+    def _check_requirements_values(self, values: tuple) -> None:
+        """Check the size conditions for ``values`` (in ``param_names`` order), once per tuple."""
         for req in self.requirements:
             ctx = req.bad_params.get_ctx()
             cons = " and ".join(f"{n} = {v}" for n, v in zip(self._param_names, values))
@@ -153,71 +538,6 @@ class KernelFunction:
                 desc = ", ".join(f"{n} = {v}" for n, v in zip(self._param_names, values))
                 raise ShapeError(f"{self.kernel.name}(): sizes too small ({desc}): {req.message}")
         self._checked_sizes[values] = None
-
-    def __call__(self, *args, **kwargs):
-        k = self.kernel
-        values, sizes = self._bind(args, kwargs)
-        arrays = {}
-        scalars = {}
-        for p in k.params:
-            if p.name not in values:
-                continue
-            v = values[p.name]
-            if p.is_array:
-                self._check_array(p, v)
-                arrays[p.name] = v
-            else:
-                scalars[p.name] = self._scalar(p, v)
-        self._infer_sizes(arrays, sizes)
-        ints = {n: scalars[n] for n in k.int_params}
-        self._check_requirements(sizes, ints)
-        outs = []
-        for p in k.params:
-            if p.is_array and p.name not in arrays:
-                shape = tuple(ir.eval_integer(e, sizes) for e in p.type.shape)
-                arrays[p.name] = np.zeros(shape, p.type.dtype.np)
-            if p.intent == "out":
-                outs.append(arrays[p.name])
-        self._check_aliasing(arrays)
-        temps = [self._temporary(t, tuple(max(0, ir.eval_integer(e, {**sizes, **ints}))
-                                          for e in t.type.shape)) for t in k.temps]
-        result = np.zeros(1, k.result[1].np) if k.result is not None else None
-        cargs = []
-        temp_iter = iter(temps)
-        ffi = self._ffi
-        for kind, name, decl in self.signature.params:
-            if kind == "array":
-                a = arrays[name]
-                cargs.append(ffi.cast(_ctype(decl), a.ctypes.data))
-            elif kind == "scalar":
-                cargs.append(scalars[name])
-            elif kind == "size":
-                cargs.append(sizes[name])
-            elif kind == "temp":
-                cargs.append(ffi.cast(_ctype(decl), next(temp_iter).ctypes.data))
-            else:
-                cargs.append(ffi.cast(_ctype(decl), result.ctypes.data))
-        self._fn(*cargs)
-        value = result[0] if result is not None else None
-        if value is not None and outs:
-            return (value, *outs)
-        if value is not None:
-            return value
-        if len(outs) == 1:
-            return outs[0]
-        return tuple(outs) if outs else None
-
-    def _temporary(self, t: ir.Temp, shape: tuple) -> np.ndarray:
-        """This thread's buffer for temporary ``t`` (zero-filled for ``pa.zeros``)."""
-        cache = getattr(self._temp_buffers, "arrays", None)
-        if cache is None:
-            cache = self._temp_buffers.arrays = {}
-        buf = cache.get(t.name)
-        if buf is None or buf.shape != shape:
-            buf = cache[t.name] = np.empty(shape, t.type.dtype.np)
-        if t.zero:
-            buf.fill(0)
-        return buf
 
     def _scalar(self, p: ir.Param, v):
         dt = p.type
@@ -267,10 +587,4 @@ class CompiledKernel(KernelFunction):
 
 def c_prototype(signature) -> str:
     """The declaration of a kernel's C function as cffi's ``cdef`` takes it."""
-    return re.sub(r"\brestrict\b\s*", "", signature.declaration()) + ";"
-
-
-def _ctype(decl: str) -> str:
-    """``const double *restrict x`` -> ``double *`` (the pointer type cffi casts to)."""
-    base = re.sub(r"\b(const|restrict)\b", "", decl).split("*")[0].strip()
-    return base + " *"
+    return signature.declaration(restrict=False) + ";"
