@@ -8,10 +8,14 @@ Baselines, in the same run: the same C function of ``axpy`` called through
 cffi with pointers cast once (``raw cffi, pre-cast``) and with
 ``ffi.from_buffer`` per call, and ``numpy.dot(x, x)``.
 
-Run: ``python benchmarks/overhead.py [--threads 1] [--calls 20000] [--repeats 7]``.
-``--threads`` sets ``OMP_NUM_THREADS`` before any kernel library loads
-(default 1: the fork/join of a parallel region over 16 elements is not the
-Python side's cost). Prints the median over repeats of the time per call.
+Run: ``python benchmarks/overhead.py [--threads 1] [--calls 20000] [--repeats 7]
+[--clock cpu|wall]``. ``--threads`` sets ``OMP_NUM_THREADS`` before any kernel
+library loads (default 1: the fork/join of a parallel region over 16 elements
+is not the Python side's cost). ``--clock cpu`` (the default with one thread)
+times with this thread's CPU time, which other processes on a shared machine
+barely disturb; ``wall`` (the default with more threads, whose work a
+thread's CPU clock misses) uses ``time.perf_counter``. Prints the median over
+repeats of the time per call, and its ratio to the raw cffi call.
 """
 
 from __future__ import annotations
@@ -29,7 +33,12 @@ def _parse() -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=1, help="OMP_NUM_THREADS (default 1)")
     ap.add_argument("--calls", type=int, default=20000, help="calls per timed repeat")
     ap.add_argument("--repeats", type=int, default=7, help="timed repeats (median reported)")
-    return ap.parse_args()
+    ap.add_argument("--clock", choices=("cpu", "wall"), default=None,
+                    help="cpu: this thread's CPU time (default with --threads 1); wall")
+    args = ap.parse_args()
+    if args.clock is None:
+        args.clock = "cpu" if args.threads == 1 else "wall"
+    return args
 
 
 ARGS = _parse() if __name__ == "__main__" else None
@@ -74,20 +83,23 @@ def scaled(x: pa.f64[N], y: pa.Out(pa.f64[N]), a: pa.f64):
         y[i] = a * x[i]
 
 
-def per_call_us(call, calls: int, repeats: int) -> float:
+CLOCKS = {"cpu": time.thread_time, "wall": time.perf_counter}
+
+
+def per_call_us(call, calls: int, repeats: int, clock) -> float:
     """Median over ``repeats`` of the mean time of ``calls`` calls, in microseconds."""
     for _ in range(min(calls, 1000)):
         call()
     times = []
     for _ in range(repeats):
-        t = time.perf_counter()
+        t = clock()
         for _ in range(calls):
             call()
-        times.append((time.perf_counter() - t) / calls * 1e6)
+        times.append((clock() - t) / calls * 1e6)
     return statistics.median(times)
 
 
-def rows(calls: int, repeats: int) -> list[tuple[str, float]]:
+def rows(calls: int, repeats: int, clock=time.perf_counter) -> list[tuple[str, float]]:
     """(label, microseconds per call) for every entry of the table."""
     rng = np.random.default_rng(0)
     x, y = rng.standard_normal(16), rng.standard_normal(16)
@@ -127,14 +139,15 @@ def rows(calls: int, repeats: int) -> list[tuple[str, float]]:
                         1e-9, 16)),
         ("numpy.dot(x, x)", lambda: np.dot(x, x)),
     ]
-    return [(label, per_call_us(call, calls, repeats)) for label, call in entries]
+    return [(label, per_call_us(call, calls, repeats, clock)) for label, call in entries]
 
 
 def main() -> None:
-    table = rows(ARGS.calls, ARGS.repeats)
+    table = rows(ARGS.calls, ARGS.repeats, CLOCKS[ARGS.clock])
     raw = dict(table)["raw cffi axpy, pre-cast pointers"]
-    print(f"per-call time, 16-element arrays, OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}, "
-          f"median of {ARGS.repeats} x {ARGS.calls} calls")
+    print(f"per-call time ({ARGS.clock} clock), 16-element arrays, "
+          f"OMP_NUM_THREADS={os.environ['OMP_NUM_THREADS']}, median of {ARGS.repeats} x "
+          f"{ARGS.calls} calls")
     width = max(len(label) for label, _ in table)
     print(f"{'call':<{width}}  {'us/call':>8}  {'x raw cffi':>10}")
     for label, us in table:

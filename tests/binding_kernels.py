@@ -78,3 +78,10 @@ def blur2d(u: pa.f64[M, N].clamped, v: pa.Out(pa.f64[M, N])):
     for m in range(M):
         for n in range(N):
             v[m, n] = u[m - 1, n] + u[m, n - 1] + u[m, n]
+
+
+@pa.kernel
+def taps2d(x: pa.f64[M, N].circular, z: pa.f64[M, N].mirror, y: pa.Out(pa.f64[M, N])):
+    for m in range(M):
+        for n in range(N):
+            y[m, n] = x[m - 2, n + 1] + z[m + 1, n - 3]

@@ -8,6 +8,7 @@ keyword calls, explicit sizes, return values, derived kernels and calls from
 several threads at once.
 """
 
+import itertools
 import threading
 from concurrent.futures import ThreadPoolExecutor
 
@@ -16,7 +17,7 @@ import pytest
 
 import polyad as pa
 from binding_kernels import (axpy, blur2d, count_up, first_n, odd_extent, pad_k, ssq, ssq32,
-                             two_outs, wrap3)
+                             taps2d, two_outs, wrap3)
 
 x5 = np.arange(5.0)
 
@@ -282,6 +283,24 @@ def test_size_conditions_are_checked_for_every_new_size():
     np.testing.assert_array_equal(wrap3(np.ones(3)), np.full(3, 2.0))
 
 
+def test_compiled_size_conditions_agree_with_isl():
+    """The Python predicate made from the size conditions decides as ISL does."""
+    for kernel in (wrap3, taps2d):
+        compiled = kernel.compile()
+        assert compiled.requirements and compiled._bad_sizes is not None
+        for sizes in itertools.product(range(8), repeat=len(compiled.kernel.sizes)):
+            try:
+                compiled._check_requirements_values(sizes)
+                bad = False
+            except pa.ShapeError:
+                bad = True
+            assert compiled._bad_sizes(list(sizes)) == bad, (kernel, sizes)
+    x = np.ones((5, 5))
+    taps2d(x, x.copy())
+    with pytest.raises(pa.ShapeError, match=r"taps2d\(\): sizes too small \(M = 5, N = 3\)"):
+        taps2d(np.ones((5, 3)), np.ones((5, 3)))
+
+
 def test_calls_from_several_threads_at_once():
     grad_ssq = pa.grad(ssq, "x")
     start = threading.Barrier(6)
@@ -312,3 +331,20 @@ def test_calls_from_several_threads_at_once():
 
     with ThreadPoolExecutor(6) as pool:
         assert list(pool.map(work, range(6))) == ["ok"] * 6
+
+
+def test_c_signature_is_typed_records():
+    sig = first_n.compile().signature
+    assert [(p.kind, p.name, p.role, p.dtype.name) for p in sig.params] == [
+        ("array", "x", "in", "f64"), ("scalar", "n", "in", "i32"), ("array", "y", "out", "f64"),
+        ("size", "N", "in", "i64"), ("temp", "t", "temp", "f64")]
+    x, _, y, _, t = sig.params
+    assert x.const and x.mode == "clamped" and not y.const and t.zero_filled
+    assert [str(e) for e in x.extents] == [str(e) for e in first_n.ir.params[0].type.shape]
+    assert sig.declaration() == ("void first_n(const double *restrict x, int32_t n, "
+                                 "double *restrict y, int64_t N, double *restrict t)")
+    assert sig.declaration(restrict=False) == ("void first_n(const double *x, int32_t n, "
+                                               "double *y, int64_t N, double *t)")
+    (result,) = [p for p in ssq.compile().signature.params if p.kind == "result"]
+    assert (result.c_name, result.role, result.declaration()) == (
+        "s_out", "out", "double *restrict s_out")

@@ -107,6 +107,39 @@ def _solve_into(v: list, slot: int, fn: Callable[[list], int], n: int) -> bool:
     return not rem and fn(v) == n
 
 
+def _compile_conditions(requirements, param_names) -> Optional[Callable[[list], bool]]:
+    """One function of the value list that is True when some requirement's bad set
+    contains the point, or None when a set needs ISL to decide (existential
+    variables, parameters other than ``param_names``).
+
+    Each bad set is a union of basic sets, each a conjunction of integer linear
+    equalities and inequalities over the parameters: exactly what a Python
+    expression on integers decides.
+    """
+    index = {name: k for k, name in enumerate(param_names)}
+    disjuncts = []
+    for req in requirements:
+        s = req.bad_params
+        names = [s.get_dim_name(isl.dim_type.param, k) for k in range(s.dim(isl.dim_type.param))]
+        if any(n not in index for n in names) or s.dim(isl.dim_type.set) != 0:
+            return None
+        for bs in s.get_basic_sets():
+            if bs.dim(isl.dim_type.div) != 0:
+                return None
+            terms = []
+            for c in bs.get_constraints():
+                parts = [str(c.get_constant_val().to_python())]
+                for k, n in enumerate(names):
+                    coef = c.get_coefficient_val(isl.dim_type.param, k).to_python()
+                    if coef:
+                        parts.append(f"{coef} * v[{index[n]}]")
+                terms.append(f"{' + '.join(parts)} {'==' if c.is_equality() else '>='} 0")
+            disjuncts.append("(" + (" and ".join(terms) or "True") + ")")
+    if not disjuncts:
+        return lambda v: False
+    return eval(f"lambda v: {' or '.join(disjuncts)}", {})  # noqa: S307 (our own text)
+
+
 def _size_names(e: ir.Expr) -> set:
     return {x.name for x in ir.walk(e) if isinstance(x, SizeVar)}
 
@@ -161,6 +194,8 @@ class _CallPlan:
 
     sources: tuple
     positional_only: bool
+    later_names: tuple         # the parameters after the positional ones, by name
+    omitted: tuple             # as many _OMITTED_OUTPUT: kwargs.get's defaults
     size_keywords: tuple
     steps: tuple
     complete: bool
@@ -194,6 +229,9 @@ class KernelFunction:
         # cffi's Python-level FFI.from_buffer only forwards to its C backend's.
         self._from_buffer = getattr(getattr(ffi, "_backend", None), "from_buffer",
                                     ffi.from_buffer)
+        # Size conditions as one Python predicate; where ISL must decide, each new
+        # tuple of sizes is checked with ISL once and remembered.
+        self._bad_sizes = _compile_conditions(requirements, param_names)
         self._checked_sizes: dict[tuple, None] = {}
         self._params = {p.name: p for p in kernel.params}
         self._check_signature_layout()
@@ -263,6 +301,8 @@ class KernelFunction:
         plan = _CallPlan(
             sources=tuple(sources),
             positional_only=not kwargs and len(args) == len(k.params),
+            later_names=tuple(p.name for p in k.params[len(args):]),
+            omitted=(_OMITTED_OUTPUT,) * (len(k.params) - len(args)),
             size_keywords=tuple((self._slot[name], name) for name in explicit),
             steps=steps,
             complete=known >= set(k.sizes),
@@ -320,8 +360,7 @@ class KernelFunction:
         if plan.positional_only:
             values = args
         else:
-            values = [args[key] if src == _POSITIONAL else kwargs[key] if src == _KEYWORD
-                      else _OMITTED_OUTPUT for src, key in plan.sources]
+            values = args + tuple(map(kwargs.get, plan.later_names, plan.omitted))
         v = [None] * self._nvalues  # sizes, then integer parameters
         for slot, name in plan.size_keywords:
             n = kwargs[name]
@@ -375,11 +414,14 @@ class KernelFunction:
         if not ok:
             self._sizes_the_long_way(plan, values, v)
         if self.requirements:
-            key = tuple(v)
-            if key not in self._checked_sizes:
-                self._check_requirements_values(key)
+            bad = self._bad_sizes
+            if bad is None:
+                if tuple(v) not in self._checked_sizes:
+                    self._check_requirements_values(tuple(v))
+            elif bad(v):
+                self._check_requirements_values(tuple(v))  # raises, naming the condition
         if plan.allocate:
-            values = list(values)
+            values = list(values)  # the allocated outputs take their places
             for i, shape in plan.allocate:
                 spec = self._specs[i]
                 a = values[i] = np.zeros(shape(v), spec.dtype)
