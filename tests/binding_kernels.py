@@ -85,3 +85,10 @@ def taps2d(x: pa.f64[M, N].circular, z: pa.f64[M, N].mirror, y: pa.Out(pa.f64[M,
     for m in range(M):
         for n in range(N):
             y[m, n] = x[m - 2, n + 1] + z[m + 1, n - 3]
+
+
+@pa.kernel
+def mixed_extents(a: pa.f64[2 * N + 1], b: pa.f64[N + K], c: pa.Out(pa.f64[K, M])):
+    for k in range(K):
+        for m in range(M):
+            c[k, m] = a[2 * N] + b[N + k]

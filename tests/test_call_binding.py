@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import polyad as pa
-from binding_kernels import (axpy, blur2d, count_up, first_n, odd_extent, pad_k, ssq, ssq32,
-                             taps2d, two_outs, wrap3)
+from binding_kernels import (axpy, blur2d, count_up, first_n, mixed_extents, odd_extent, pad_k,
+                             ssq, ssq32, taps2d, two_outs, wrap3)
 
 x5 = np.arange(5.0)
 
@@ -299,6 +299,56 @@ def test_compiled_size_conditions_agree_with_isl():
     taps2d(x, x.copy())
     with pytest.raises(pa.ShapeError, match=r"taps2d\(\): sizes too small \(M = 5, N = 3\)"):
         taps2d(np.ones((5, 3)), np.ones((5, 3)))
+
+
+def _reference_sizes(compiled, args, kwargs):
+    """What the original checks say about a call: the error they raise, or the sizes."""
+    try:
+        values, sizes = compiled._bind(args, kwargs)
+        arrays = {}
+        for p in compiled.kernel.params:
+            if p.name in values and p.is_array:
+                compiled._check_array(p, values[p.name])
+                arrays[p.name] = values[p.name]
+        compiled._infer_sizes(arrays, sizes)
+    except pa.PolyadError as e:
+        return type(e), str(e)
+    return tuple(sizes[s] for s in compiled.kernel.sizes)
+
+
+def test_size_inference_plan_matches_the_original_checks():
+    """Random shapes, some inconsistent, with and without outputs and explicit sizes:
+    the sizes the plan passes to C (or the error it raises) are those of ``_infer_sizes``."""
+    rng = np.random.default_rng(7)
+    compiled = mixed_extents.compile()
+    passed = []
+    real_fn = compiled._fn
+    compiled._fn = lambda *cargs: passed.append(cargs[3:6])
+    try:
+        for _ in range(400):
+            n, k, m = rng.integers(0, 4, 3)
+            a = np.ones(2 * n + 1 + rng.choice([0, 0, 0, 1, -1]))
+            b = np.ones(max(0, n + k + rng.choice([0, 0, 0, 1, -1])))
+            args = [a, b]
+            kwargs = {}
+            if rng.random() < 0.5:
+                args.append(np.zeros((k, m + rng.choice([0, 0, 0, 1]))))
+            else:
+                kwargs["M"] = int(m)
+            if rng.random() < 0.3:
+                kwargs["K"] = int(k + rng.choice([0, 0, 1]))
+            if rng.random() < 0.2:
+                kwargs["N"] = int(n + rng.choice([0, 1, -1]))
+            expected = _reference_sizes(compiled, args, kwargs)
+            del passed[:]
+            try:
+                compiled(*args, **kwargs)
+                outcome = tuple(passed[0])
+            except pa.PolyadError as e:
+                outcome = type(e), str(e)
+            assert outcome == expected, (args, kwargs)
+    finally:
+        compiled._fn = real_fn
 
 
 def test_calls_from_several_threads_at_once():

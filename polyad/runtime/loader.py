@@ -155,8 +155,6 @@ def _other_names(e: ir.Expr) -> set:
 
 # What a DSL parameter is, for the per-call loop.
 _ARRAY, _FLOAT, _INT = 0, 1, 2
-# Where a value comes from in one call pattern.
-_POSITIONAL, _KEYWORD, _OMITTED = 0, 1, 2
 # Size-inference steps, in the order ``_infer_sizes`` takes them.
 _SET, _EQUAL, _EVAL, _SOLVE = 0, 1, 2, 3
 # The value of an output the caller left out (``None`` is a value a caller may pass).
@@ -182,8 +180,8 @@ class _ParamSpec:
 class _CallPlan:
     """How one call pattern binds its arguments (built on the first call with the pattern).
 
-    ``sources``: per DSL parameter (``_POSITIONAL``, index), (``_KEYWORD``, name) or
-    (``_OMITTED``, None) for an output to allocate. ``size_keywords``: (slot, name) of
+    ``supplied``: per DSL parameter, whether the call passes it (else it is an
+    output to allocate). ``size_keywords``: (slot, name) of
     sizes passed explicitly. ``steps``: the size-inference program
     (op, parameter, dimension, size slot, compiled extent); ``complete`` is False when
     some size cannot be inferred (the call then raises through ``_infer_sizes``).
@@ -192,7 +190,7 @@ class _CallPlan:
     compiled shape) of omitted outputs.
     """
 
-    sources: tuple
+    supplied: tuple
     positional_only: bool
     later_names: tuple         # the parameters after the positional ones, by name
     omitted: tuple             # as many _OMITTED_OUTPUT: kwargs.get's defaults
@@ -241,7 +239,9 @@ class KernelFunction:
         self._specs = tuple(self._spec(p) for p in kernel.params)
         self._nvalues = len(self._slot)
         self._nsizes = len(kernel.sizes)
-        self._temps = tuple((t.type.dtype.np, t.zero, _compile_shape(t.type.shape, self._slot, True),
+        # Per temporary: dtype, zero-filled, shape (negative extents -> 0), cffi type.
+        self._temps = tuple((t.type.dtype.np, t.zero,
+                             _compile_shape(t.type.shape, self._slot, clamp=True),
                              ffi.typeof(t.type.dtype.c_type + "[]")) for t in kernel.temps)
         self._out_indices = tuple(i for i, p in enumerate(kernel.params) if p.intent == "out")
         self._result_type = (None if kernel.result is None else
@@ -284,22 +284,13 @@ class KernelFunction:
         self._bind(args, kwargs)
         k = self.kernel
         position = {p.name: i for i, p in enumerate(k.params)}
-        sources = []
-        for i, p in enumerate(k.params):
-            if i < len(args):
-                sources.append((_POSITIONAL, i))
-            elif p.name in kwargs:
-                sources.append((_KEYWORD, p.name))
-            else:
-                sources.append((_OMITTED, None))
+        supplied = tuple(i < len(args) or p.name in kwargs for i, p in enumerate(k.params))
         explicit = [name for name in kwargs if name not in position]
-        steps, known = self._size_steps(sources, set(explicit))
-        written = [i for i, p in enumerate(k.params) if p.is_array and p.intent != "in"
-                   and sources[i][0] != _OMITTED]
-        supplied = [i for i, p in enumerate(k.params) if p.is_array
-                    and sources[i][0] != _OMITTED]
+        steps, known = self._size_steps(supplied, set(explicit))
+        arrays = [i for i, p in enumerate(k.params) if p.is_array and supplied[i]]
+        written = [i for i in arrays if k.params[i].intent != "in"]
         plan = _CallPlan(
-            sources=tuple(sources),
+            supplied=supplied,
             positional_only=not kwargs and len(args) == len(k.params),
             later_names=tuple(p.name for p in k.params[len(args):]),
             omitted=(_OMITTED_OUTPUT,) * (len(k.params) - len(args)),
@@ -308,13 +299,13 @@ class KernelFunction:
             complete=known >= set(k.sizes),
             signed=tuple(self._slot[s] for s in explicit)
             + tuple(step[3] for step in steps if step[0] == _SOLVE),
-            alias_pairs=tuple((w, o) for w in written for o in supplied if o != w),
+            alias_pairs=tuple((w, o) for w in written for o in arrays if o != w),
             allocate=tuple((i, _compile_shape(p.type.shape, self._slot))
-                           for i, p in enumerate(k.params) if sources[i][0] == _OMITTED))
+                           for i, p in enumerate(k.params) if not supplied[i]))
         self._plans[len(args) if not kwargs else (len(args), *kwargs)] = plan
         return plan
 
-    def _size_steps(self, sources: list, explicit: set) -> tuple[tuple, set]:
+    def _size_steps(self, supplied: tuple, explicit: set) -> tuple[tuple, set]:
         """``_infer_sizes``'s sequence of solves and checks for this pattern, as steps.
 
         Which item ``_infer_sizes`` settles when depends only on which sizes are
@@ -324,7 +315,7 @@ class KernelFunction:
         """
         k = self.kernel
         pending = [(i, d, ext) for i, p in enumerate(k.params)
-                   if p.is_array and sources[i][0] != _OMITTED
+                   if p.is_array and supplied[i]
                    for d, ext in enumerate(p.type.shape)]
         known = set(explicit)
         steps = []
@@ -333,18 +324,19 @@ class KernelFunction:
             progress = False
             for item in list(pending):
                 i, d, ext = item
-                if _other_names(ext):
+                fn = _compile_extent(ext, self._slot)
+                if fn is None or _other_names(ext):
                     continue  # eval_integer never evaluates it: never settled
                 unknown = _size_names(ext) - known
                 if not unknown:
                     if isinstance(ext, SizeVar):
                         steps.append((_EQUAL, i, d, self._slot[ext.name], None))
                     else:
-                        steps.append((_EVAL, i, d, -1, _compile_extent(ext, self._slot)))
+                        steps.append((_EVAL, i, d, -1, fn))
                 elif len(unknown) == 1:
                     name = unknown.pop()
                     op = _SET if isinstance(ext, SizeVar) else _SOLVE
-                    steps.append((op, i, d, self._slot[name], _compile_extent(ext, self._slot)))
+                    steps.append((op, i, d, self._slot[name], fn))
                     known.add(name)
                 else:
                     continue
@@ -408,9 +400,10 @@ class KernelFunction:
                         break
             except ZeroDivisionError:
                 ok = False
-            for slot in plan.signed:
-                if v[slot] < 0:
-                    ok = False
+            if ok:
+                for slot in plan.signed:
+                    if v[slot] < 0:
+                        ok = False
         if not ok:
             self._sizes_the_long_way(plan, values, v)
         if self.requirements:
@@ -460,7 +453,7 @@ class KernelFunction:
     def _arrays_by_name(self, plan: _CallPlan, values) -> dict:
         """The call's arrays in ``_check_aliasing``'s order: supplied ones, then allocated."""
         params = self.kernel.params
-        order = [i for i, p in enumerate(params) if p.is_array and plan.sources[i][0] != _OMITTED]
+        order = [i for i, p in enumerate(params) if p.is_array and plan.supplied[i]]
         order += [i for i, _ in plan.allocate]
         return {params[i].name: values[i] for i in order}
 
