@@ -76,7 +76,7 @@ class Kernel:
         self.__polyad_kernel__ = ir_kernel
         self._artifacts: dict = {}
         self._compiled: dict = {}
-        self._default: Optional[CompiledKernel] = None  # compile() with default options
+        self._default: Optional[KernelFunction] = None  # compile() with default options
 
     def artifact(self, options: Options = Options()) -> Artifact:
         """The pipeline's result for ``options`` (scheduled, planned, emitted; cached)."""

@@ -92,8 +92,8 @@ def artifact_report(art: Artifact) -> dict:
         "result": None if k.result is None else {"name": k.result[0], "dtype": k.result[1].name},
         "sizes": list(k.sizes),
         "c_signature": sig.declaration(),
-        "c_params": [{"kind": p.kind, "name": p.name, "role": p.role, "c": p.declaration(sig.restrict)}
-                     for p in sig.params],
+        "c_params": [{"kind": p.kind, "name": p.name, "role": p.role,
+                      "c": p.declaration(sig.restrict)} for p in sig.params],
         "context": str(sk.model.context),
         "requirements": [r.message for r in sk.requirements],
         "statements": _statements(k, sk),
