@@ -52,7 +52,7 @@ def _solve_extent(e: ir.Expr, value: int, sizes: dict) -> Optional[tuple[str, in
 # extents compiled to Python functions
 # --------------------------------------------------------------------------
 
-_INT_OPS = {"+": "+", "-": "-", "*": "*", "//": "//", "%": "%"}
+_INT_OPS = ("+", "-", "*", "//", "%")  # Python spells them as the IR does
 
 
 def _extent_source(e: ir.Expr, slot: dict) -> Optional[str]:
@@ -69,7 +69,7 @@ def _extent_source(e: ir.Expr, slot: dict) -> Optional[str]:
         return None if a is None else f"(-{a})"
     if isinstance(e, ir.Binary) and e.op in _INT_OPS:
         a, b = _extent_source(e.a, slot), _extent_source(e.b, slot)
-        return None if a is None or b is None else f"({a} {_INT_OPS[e.op]} {b})"
+        return None if a is None or b is None else f"({a} {e.op} {b})"
     return None
 
 
