@@ -447,8 +447,17 @@ def dependences(model: PolyModel, schedule_map: Optional[isl.UnionMap] = None,
     ``flow_only`` only flow dependences are computed (dependence analysis is
     the expensive part of compilation, so passes ask only for what they use).
     """
-    sched = schedule_map if schedule_map is not None else model.schedule_map()
     reads, must, may = model.accesses()
+    if schedule_map is None:
+        # Boundary pieces of one statement share its place in program order:
+        # analyse each statement once, with its piecewise accesses, and hand
+        # every piece its share of the answer (exact: the pieces partition
+        # the statement's domain).
+        to_group = _program_order_groups(model)
+        sched = model.schedule_map().apply_domain(to_group).coalesce()
+        reads, must, may = (m.apply_domain(to_group).coalesce() for m in (reads, must, may))
+    else:
+        to_group, sched = None, schedule_map
     deps = Dependences()
     r_by, must_by, may_by = _by_variable(reads), _by_variable(must), _by_variable(may)
     space = model.context.get_space()
@@ -473,7 +482,31 @@ def dependences(model: PolyModel, schedule_map: Optional[isl.UnionMap] = None,
         # output dependences). Pairs that are output dependences already are
         # not repeated here.
         deps.anti[var] = flow(writes, must_w, var_reads).subtract(deps.output[var]).coalesce()
+    if to_group is not None:
+        to_piece = to_group.reverse()
+        for kind in (deps.flow, deps.anti, deps.output):
+            for var, umap in kind.items():
+                kind[var] = umap.apply_domain(to_piece).apply_range(to_piece).coalesce()
     return deps
+
+
+def _program_order_groups(model: PolyModel) -> isl.UnionMap:
+    """``{ S3_0[i] -> G0[i] : i in dom(S3_0); S3_1[i] -> G0[i] ...; S5[j] -> G1[j] }``.
+
+    Statements at the same program-order position with the same loops are the
+    boundary pieces of one statement (the order gives no other two statements
+    the same position); each group is named ``G<k>``.
+    """
+    keys: dict[tuple, str] = {}
+    out = isl.UnionMap.empty(model.context.get_space())
+    for st in model.kernel.statements:
+        key = (st.position, tuple((lp.var, lp.step > 0) for lp in st.loops))
+        group = keys.setdefault(key, f"G{len(keys)}")
+        dom = model.domain(st)
+        rename = isl.Map.identity(dom.get_space().map_from_set()).intersect_domain(dom) \
+            .set_tuple_name(isl.dim_type.out, group)
+        out = out.union(rename.to_union_map())
+    return out
 
 
 # --------------------------------------------------------------------------
