@@ -12,7 +12,7 @@ from typing import Optional
 
 from . import ir
 from .frontend.python_dsl import parse_func, parse_kernel
-from .pipeline import Artifact, Options, compile_kernel
+from .pipeline import Artifact, Options, build_kernel, compile_kernel
 from .report import explain
 from .runtime.loader import KernelFunction
 
@@ -90,8 +90,9 @@ class Kernel:
         """Schedule, emit and compile (cached per option set); see ``pa.compile``."""
         options = Options(target, deterministic, sanitize)
         if options not in self._compiled:
-            art = self.artifact(options)
-            self._compiled[options] = art.target.load(art, sanitize)
+            art = self._artifacts.get(options.source_options)
+            self._compiled[options] = options.target_object.load(
+                build_kernel(self.ir, options, art), sanitize)
         return self._compiled[options]
 
     @property

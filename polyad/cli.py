@@ -218,6 +218,9 @@ def cmd_cache(args) -> int:
         size = sum(f.stat().st_size for f in files)
         print(f"cache directory: {directory} ({origin})")
         print(f"compiled kernels: {len(libs)}")
+        for suffix, what in toolchain.CACHE_LEVELS.items():
+            level = [f for f in files if f.suffix == suffix and not f.name.startswith(".")]
+            print(f"  {what}: {len(level)}, {_mib(sum(f.stat().st_size for f in level))}")
         print(f"files: {len(files)}, {_mib(size)}")
     else:
         count, size = toolchain.clear_cache()

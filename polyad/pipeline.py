@@ -9,12 +9,23 @@ reads an artifact), ``polyad.build`` and the CLI.
 
 from __future__ import annotations
 
+import functools
+import hashlib
+import logging
+import pickle
+import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 from . import ir
+from .progress import StageClock
+from .runtime import toolchain
 from .schedule import ScheduledKernel, schedule_kernel
 from .target import TARGETS, get_target
+from .emit.c_openmp import POLYAD_VERSION
+
+log = logging.getLogger("polyad")
 
 SANITIZERS = (None, "address")
 
@@ -38,6 +49,11 @@ class Options:
         if self.sanitize not in SANITIZERS:
             raise ValueError("sanitize must be None or 'address'")
         object.__setattr__(self, "deterministic", bool(self.deterministic))
+
+    @property
+    def target_object(self):
+        """The ``Target`` named by ``target``."""
+        return get_target(self.target)
 
     @property
     def source_options(self) -> "Options":
@@ -65,13 +81,93 @@ class Artifact:
     def target(self):
         return get_target(self.options.target)
 
+    @property
+    def build(self) -> "Build":
+        sk = self.scheduled
+        return Build(sk.kernel, self.source, self.signature, tuple(sk.requirements),
+                     tuple(sk.model.params))
+
+
+@dataclass(frozen=True)
+class Build:
+    """What a target's loader needs, and nothing that ties it to one process.
+
+    ``kernel``: the piece-split IR the source was emitted from; ``source``;
+    ``signature``: its entry point's CSignature; ``requirements``: the size
+    conditions checked before a call (``poly.SizeRequirement``); ``param_names``:
+    the ISL parameter names in order. Picklable: the pipeline cache stores it,
+    so a new process loads a compiled kernel without running any stage.
+    """
+
+    kernel: ir.Kernel
+    source: str
+    signature: object
+    requirements: tuple
+    param_names: tuple
+
+
+def pipeline_key(ir_kernel: ir.Kernel, options: Options) -> str:
+    """The pipeline cache key: the kernel's IR (called functions and derivative rules
+    are part of it), the source-relevant options, the target and polyad's version."""
+    text = "\0".join((repr(ir_kernel), repr(options.source_options), POLYAD_VERSION,
+                      _package_digest()))
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+@functools.lru_cache(maxsize=None)
+def _package_digest() -> str:
+    """A hash of polyad's own Python sources: any change to the compiler (an
+    edited checkout, not only a new version number) invalidates cached builds."""
+    h = hashlib.sha256()
+    root = Path(__file__).resolve().parent
+    for path in sorted(root.rglob("*.py")):
+        h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()
+
+
+# Counts the builds made by running the pipeline (not read from the cache) in
+# this process; tests read it to show that a warm start runs no stage.
+pipeline_runs = 0
+
+
+def build_kernel(ir_kernel: ir.Kernel, options: Options = Options(),
+                 artifact: Optional["Artifact"] = None) -> Build:
+    """The loadable result of compiling ``ir_kernel``: read from the pipeline cache
+    when an earlier process stored it, else compiled (``artifact`` if given) and stored."""
+    global pipeline_runs
+    key = pipeline_key(ir_kernel, options)
+    data = toolchain.read_cached(ir_kernel.name, key, ".pipeline")
+    if data is not None:
+        try:
+            build = pickle.loads(data)
+            if isinstance(build, Build):
+                log.debug("pipeline cache hit %s_%s", ir_kernel.name, key)
+                return build
+        except Exception:  # a truncated or foreign entry: rebuild it
+            pass
+        log.warning("pipeline cache entry %s_%s is unreadable; rebuilding it",
+                    ir_kernel.name, key)
+    start = time.perf_counter()
+    pipeline_runs += 1
+    build = (artifact or compile_kernel(ir_kernel, options.source_options)).build
+    toolchain.write_cached(ir_kernel.name, key, ".pipeline", pickle.dumps(build))
+    log.info("pipeline %s: %.2f s", ir_kernel.name, time.perf_counter() - start)
+    return build
+
 
 def compile_kernel(ir_kernel: ir.Kernel, options: Options = Options()) -> Artifact:
     """Schedule ``ir_kernel``, plan it for ``options.target`` and emit its source."""
     target = get_target(options.target)
-    scheduled = schedule_kernel(ir_kernel, lambda cand: target.score(target.plan(cand, options)))
-    plan = target.plan(scheduled, options)
-    return Artifact(ir_kernel, options, scheduled, plan, target.emit(plan),
+    clock = StageClock(ir_kernel.name)
+    scheduled = schedule_kernel(ir_kernel, lambda cand: target.score(target.plan(cand, options)),
+                                clock)
+    n = len(scheduled.kernel.statements)
+    with clock.stage("plan", n):
+        plan = target.plan(scheduled, options)
+    with clock.stage("emit", n):
+        source = target.emit(plan)
+    clock.close()
+    return Artifact(ir_kernel, options, scheduled, plan, source,
                     target.signature(scheduled.kernel))
 
 
@@ -94,4 +190,4 @@ def artifact_of(kernel, options: Options = Options()) -> Artifact:
     return compile_kernel(kernel_ir(kernel), options)
 
 
-__all__ = ["Artifact", "Options", "TARGETS", "artifact_of", "compile_kernel", "kernel_ir"]
+__all__ = ["Artifact", "Build", "Options", "build_kernel", "TARGETS", "artifact_of", "compile_kernel", "kernel_ir"]

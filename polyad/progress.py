@@ -73,3 +73,49 @@ class Progress:
 
     def __exit__(self, exc_type, exc, tb) -> None:
         self.close(failed=exc_type is not None)
+
+
+# A compile that has run this long gets a progress line on a terminal.
+LONG_COMPILE_S = 2.0
+
+
+class StageClock:
+    """Times the stages of one kernel's compilation (``with clock.stage("ast", n): ...``).
+
+    Every stage's time is logged at INFO level (``POLYAD_LOG=info``). On a
+    terminal, once the compilation has run ``LONG_COMPILE_S`` seconds, a line
+    ``polyad: compiling NAME: STAGE (N statements, 3.2 s)`` is shown and
+    rewritten at each later stage, then closed with the total time, so a long
+    compile never looks like a hang.
+    """
+
+    def __init__(self, kernel_name: str, stream: Optional[TextIO] = None):
+        self.kernel_name = kernel_name
+        self.stream = stream if stream is not None else sys.stderr
+        self.tty = bool(getattr(self.stream, "isatty", lambda: False)())
+        self.start = time.perf_counter()
+        self.times: dict[str, float] = {}
+        self._shown = False
+
+    @contextlib.contextmanager
+    def stage(self, name: str, statements: Optional[int] = None) -> Iterator[None]:
+        elapsed = time.perf_counter() - self.start
+        if self.tty and elapsed >= LONG_COMPILE_S:
+            count = f"{statements} statements, " if statements is not None else ""
+            self.stream.write(f"\rpolyad: compiling {self.kernel_name}: {name} "
+                              f"({count}{elapsed:.1f} s)\x1b[K")
+            self.stream.flush()
+            self._shown = True
+        t = time.perf_counter()
+        yield
+        dt = time.perf_counter() - t
+        self.times[name] = self.times.get(name, 0.0) + dt
+        logger.info("compile %s: %s %.3f s", self.kernel_name, name, dt)
+
+    def close(self) -> None:
+        total = time.perf_counter() - self.start
+        logger.info("compile %s: %.3f s (%s)", self.kernel_name, total,
+                    ", ".join(f"{k} {v:.2f}" for k, v in self.times.items()))
+        if self._shown:
+            self.stream.write(f"\rpolyad: compiled {self.kernel_name} in {total:.1f} s\x1b[K\n")
+            self.stream.flush()

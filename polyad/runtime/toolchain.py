@@ -49,11 +49,25 @@ def c_compiler() -> str:
 
 @functools.lru_cache(maxsize=None)
 def _compiler_identity(cc: str) -> str:
+    """The first line of ``cc --version``, remembered in the cache directory per
+    compiler binary (path, size, mtime): a warm start then runs no subprocess."""
+    try:
+        path = shutil.which(cc) or cc
+        st = os.stat(path)
+    except OSError:
+        return cc
+    binary = hashlib.sha256(f"{os.path.realpath(path)}\0{st.st_size}\0{st.st_mtime_ns}"
+                            .encode()).hexdigest()[:24]
+    known = read_cached("compiler", binary, ".id")
+    if known is not None:
+        return known.decode()
     try:
         out = subprocess.run([cc, "--version"], capture_output=True, text=True, timeout=60)
-        return out.stdout.splitlines()[0] if out.stdout else cc
+        identity = out.stdout.splitlines()[0] if out.stdout else cc
     except (OSError, subprocess.SubprocessError):
         return cc
+    write_cached("compiler", binary, ".id", identity.encode())
+    return identity
 
 
 def compile_c(source: str, name: str, sanitize: str | None = None) -> Path:
@@ -93,9 +107,32 @@ def compile_c(source: str, name: str, sanitize: str | None = None) -> Path:
     return lib
 
 
-# Cached libraries and their sources (NAME_<24 hex>.so/.c), and what an
-# interrupted compile leaves behind (.NAME_<random>.c/.so from mkstemp).
-_CACHE_FILE = re.compile(r"(?:.+_[0-9a-f]{24}|\..+_[a-z0-9_]{8})\.(?:c|so)")
+def read_cached(name: str, key: str, suffix: str) -> bytes | None:
+    """The bytes of cache entry ``NAME_KEY.SUFFIX``, or None if there is none."""
+    try:
+        return (cache_dir() / f"{name}_{key}{suffix}").read_bytes()
+    except FileNotFoundError:
+        return None
+
+
+def write_cached(name: str, key: str, suffix: str, data: bytes) -> Path:
+    """Store cache entry ``NAME_KEY.SUFFIX`` atomically (a unique temporary name,
+    then ``os.replace``), as libraries are: readers never see half a file."""
+    directory = cache_dir()
+    fd, tmp = tempfile.mkstemp(prefix=f".{name}_", suffix=suffix, dir=directory)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    path = directory / f"{name}_{key}{suffix}"
+    os.replace(tmp, path)
+    return path
+
+
+# Cached libraries and their sources (NAME_<24 hex>.so/.c), pipeline results
+# (NAME_<24 hex>.pipeline), and what an interrupted write leaves behind
+# (.NAME_<random>.c/.so/.pipeline from mkstemp).
+CACHE_LEVELS = {".pipeline": "pipeline results (IR -> schedule -> source)",
+                ".c": "generated sources", ".so": "compiled libraries"}
+_CACHE_FILE = re.compile(r"(?:.+_[0-9a-f]{24}|\..+_[a-z0-9_]{8})\.(?:c|so|pipeline|id)")
 
 
 def cache_files() -> list[Path]:

@@ -13,6 +13,7 @@ from typing import Callable, Optional
 import islpy as isl
 
 from .. import ir
+from ..progress import StageClock
 from .cleanup import fuse_zero_initialization, remove_dead_statements
 from .distribute import expand_and_distribute
 from .gather import ascending_order_free_nests, scatter_to_gather, small_target
@@ -260,34 +261,48 @@ def loop_key(node: isl.AstNode) -> Optional[str]:
 
 
 def schedule_kernel(kernel: ir.Kernel,
-                    score: Callable[[ScheduleCandidate], tuple[int, int]]) -> ScheduledKernel:
+                    score: Callable[[ScheduleCandidate], tuple[int, int]],
+                    clock: Optional[StageClock] = None) -> ScheduledKernel:
     """Split, prove bounds, compute dependences, build the AST of ``kernel`` with loop facts.
 
     ``score(candidate) -> (parallel, looped)``: how many statements a target
     runs in parallel, and how many are under a loop at all (the target's
     plan decides; this stage knows no target). The program order is kept
     unless it leaves looped statements sequential and ISL's own schedule
-    scores more parallel statements.
+    scores more parallel statements. ``clock`` times the stages.
     """
-    split, dead = remove_dead_statements(split_boundary_pieces(kernel))
-    split, expansions = expand_and_distribute(split)
-    split = ascending_order_free_nests(split)
-    split, gather_decisions = scatter_to_gather(split, PolyModel(split))
-    split, fused = fuse_zero_initialization(split)
+    clock = clock or StageClock(kernel.name)
+    n = len(kernel.statements)
+    with clock.stage("boundary pieces", n):
+        split = split_boundary_pieces(kernel)
+    with clock.stage("dead statements", len(split.statements)):
+        split, dead = remove_dead_statements(split)
+    with clock.stage("expansion", len(split.statements)):
+        split, expansions = expand_and_distribute(split)
+        split = ascending_order_free_nests(split)
+    with clock.stage("scatter to gather", len(split.statements)):
+        split, gather_decisions = scatter_to_gather(split, PolyModel(split))
+        split, fused = fuse_zero_initialization(split)
+    n = len(split.statements)
     model = PolyModel(split)
-    requirements: list[SizeRequirement] = check_bounds(split, model)
-    # Scalars are private or reductions; which one only their flow decides.
-    deps = dependences(model, flow_only=frozenset(n for n, _ in split.locals))
-    chosen = _candidate(_program_order_schedule(model), split, model, deps)
+    with clock.stage("bounds", n):
+        requirements: list[SizeRequirement] = check_bounds(split, model)
+    with clock.stage("dependences", n):
+        # Scalars are private or reductions; which one only their flow decides.
+        deps = dependences(model, flow_only=frozenset(n for n, _ in split.locals))
+    with clock.stage("ast", n):
+        chosen = _candidate(_program_order_schedule(model), split, model, deps)
     origin = "program order"
     parallel, looped = score(chosen)
     if parallel < looped:  # some loop nest runs sequentially: ask ISL for a better schedule
-        # The scheduler may reorder anything: it needs every dependence, scalars' too.
-        isl_schedule = _isl_schedule(model, dependences(model))
+        with clock.stage("isl scheduler", n):
+            # The scheduler may reorder anything: it needs every dependence, scalars' too.
+            isl_schedule = _isl_schedule(model, dependences(model))
         if isl_schedule is None:
             origin = "program order (the ISL scheduler gave up within its operation quota)"
         else:
-            other = _candidate(isl_schedule, split, model, deps)
+            with clock.stage("ast", n):
+                other = _candidate(isl_schedule, split, model, deps)
             if score(other)[0] > parallel:
                 chosen = other
                 origin = "ISL scheduler (more parallel than the program order)"

@@ -29,9 +29,12 @@ this order)::
     signature(kernel) -> CSignature
         the C-level parameter list of the emitted entry point, in the order
         the runtime passes arguments (DSL params, sizes, temps, result).
-    load(artifact, sanitize) -> KernelFunction
-        compile ``artifact.source`` with the target's toolchain (cached) and
+    load(build, sanitize) -> KernelFunction
+        compile ``build.source`` with the target's toolchain (cached) and
         return the callable that checks and marshals numpy arguments.
+        ``build`` is a ``pipeline.Build`` (``Artifact.build``, or read from
+        the pipeline cache by a later process): the piece-split IR, the
+        source, the signature, the size requirements and parameter names.
 
 A Plan has at least ``scheduled`` (what it was made from), ``names`` (DSL
 name -> C name), ``loops`` (annotation id -> a plan entry) and
@@ -70,7 +73,7 @@ class Target(Protocol):
 
     def signature(self, kernel: ir.Kernel): ...
 
-    def load(self, artifact, sanitize: Optional[str] = None): ...
+    def load(self, build, sanitize: Optional[str] = None): ...
 
 
 _REGISTRY: dict[str, Target] = {t.name: t for t in (OpenMPTarget(),)}

@@ -21,7 +21,7 @@ from .. import ir
 from ..emit.c_openmp import cname, dsl_c_names, emit_c, signature
 from ..emit.cexpr import C99
 from ..runtime.loader import CompiledKernel
-from ..schedule import LoopFacts, ScheduledKernel, ast_children, loop_key
+from ..schedule import LoopFacts, ast_children, loop_key
 
 # Loops with at most this many iterations, whatever the sizes (filter taps,
 # channels of a fixed-size layer), are never made 'omp parallel for': a thread
@@ -305,7 +305,6 @@ class OpenMPTarget:
     def signature(self, kernel: ir.Kernel):
         return signature(kernel, self.dialect)
 
-    def load(self, artifact, sanitize: Optional[str] = None) -> CompiledKernel:
-        sk: ScheduledKernel = artifact.scheduled
-        return CompiledKernel(sk.kernel, artifact.source, artifact.signature, sk.requirements,
-                              sk.model.params, sanitize)
+    def load(self, build, sanitize: Optional[str] = None) -> CompiledKernel:
+        return CompiledKernel(build.kernel, build.source, build.signature,
+                              list(build.requirements), list(build.param_names), sanitize)
