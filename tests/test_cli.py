@@ -324,10 +324,12 @@ def test_cache_info_and_clear(polyad_cmd, tmp_path):
     p = run(polyad_cmd, "cache", "info", env=env)
     assert p.returncode == 0, p.stderr
     assert f"cache directory: {cache} ($POLYAD_CACHE_DIR)" in p.stdout
-    assert "compiled kernels: 1" in p.stdout and "files: 2," in p.stdout
+    # the library, its source, the pipeline result and the compiler's identity
+    assert "compiled kernels: 1" in p.stdout and "files: 4," in p.stdout
+    assert "pipeline results (IR -> schedule -> source): 1," in p.stdout
     p = run(polyad_cmd, "cache", "clear", env=env)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.startswith(f"removed 2 file(s), ") and str(cache) in p.stdout
+    assert p.stdout.startswith(f"removed 4 file(s), ") and str(cache) in p.stdout
     assert sorted(os.listdir(cache)) == ["README.txt"]
     p = run(polyad_cmd, "cache", "info", env=env)
     assert "compiled kernels: 0" in p.stdout
