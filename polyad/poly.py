@@ -448,46 +448,66 @@ def dependences(model: PolyModel, schedule_map: Optional[isl.UnionMap] = None,
     the expensive part of compilation, so passes ask only for what they use).
     """
     reads, must, may = model.accesses()
-    if schedule_map is None:
-        # Boundary pieces of one statement share its place in program order:
-        # analyse each statement once, with its piecewise accesses, and hand
-        # every piece its share of the answer (exact: the pieces partition
-        # the statement's domain).
-        to_group = _program_order_groups(model)
-        sched = model.schedule_map().apply_domain(to_group).coalesce()
-        reads, must, may = (m.apply_domain(to_group).coalesce() for m in (reads, must, may))
-    else:
-        to_group, sched = None, schedule_map
-    deps = Dependences()
+    sched = schedule_map if schedule_map is not None else model.schedule_map()
     r_by, must_by, may_by = _by_variable(reads), _by_variable(must), _by_variable(may)
+    if schedule_map is None and model.kernel.locals:
+        # Boundary pieces of one statement share its place in program order
+        # and its scalar accesses: for scalars, analyse each statement once
+        # over the union of its pieces (which coalesces back to the
+        # statement's domain) and hand every piece its share of the answer
+        # (exact: the pieces partition the domain). 27 pieces of a 3x3x3
+        # clamped stencil otherwise make 27^2 flow problems per scalar.
+        # Arrays keep per-piece analysis: their grouped accesses stay
+        # piecewise, and compute_flow on those is slower, not faster.
+        to_group = _program_order_groups(model)
+        group_sched = sched.apply_domain(to_group).coalesce()
+        grouped = [_by_variable(m.apply_domain(to_group).coalesce())
+                   for m in (reads, must, may)]
+    else:
+        to_group = None
+    scalars = {n for n, _ in model.kernel.locals}
+    deps = Dependences()
     space = model.context.get_space()
-    for var, writes in may_by.items():
+    for var in may_by:
         if variables is not None and var not in variables:
             continue
-        must_w = must_by.get(var, isl.UnionMap.empty(space))
-        may_w = writes.subtract(must_w)
-        var_reads = r_by.get(var, isl.UnionMap.empty(space))
-
-        def flow(sink, must_src, may_src):
-            ai = isl.UnionAccessInfo.from_sink(sink).set_must_source(must_src) \
-                .set_may_source(may_src).set_schedule_map(sched)
-            return ai.compute_flow().get_may_dependence()
-
-        deps.flow[var] = flow(var_reads, must_w, may_w).coalesce()
-        if var in flow_only:
-            continue
-        deps.output[var] = flow(writes, must_w, may_w).coalesce()
-        # Reads after the last definite write before each write; writes kill
-        # older reads, which keeps this cheap (their order is implied through
-        # output dependences). Pairs that are output dependences already are
-        # not repeated here.
-        deps.anti[var] = flow(writes, must_w, var_reads).subtract(deps.output[var]).coalesce()
-    if to_group is not None:
-        to_piece = to_group.reverse()
-        for kind in (deps.flow, deps.anti, deps.output):
-            for var, umap in kind.items():
-                kind[var] = umap.apply_domain(to_piece).apply_range(to_piece).coalesce()
+        by_group = to_group is not None and var in scalars
+        r_var, must_var, may_var = ((m.get(var, isl.UnionMap.empty(space)) for m in grouped)
+                                    if by_group else
+                                    (m.get(var, isl.UnionMap.empty(space))
+                                     for m in (r_by, must_by, may_by)))
+        var_deps = _variable_dependences(r_var, must_var, may_var,
+                                         group_sched if by_group else sched, var in flow_only)
+        for kind, umap in zip((deps.flow, deps.output, deps.anti), var_deps):
+            if umap is None:
+                continue
+            if by_group:
+                to_piece = to_group.reverse()
+                umap = umap.apply_domain(to_piece).apply_range(to_piece)
+            kind[var] = umap.coalesce()
     return deps
+
+
+def _variable_dependences(var_reads, must_w, writes, sched, flow_only: bool):
+    """(flow, output, anti) dependences of one variable; output and anti are None
+    when ``flow_only``."""
+
+    def flow(sink, must_src, may_src):
+        ai = isl.UnionAccessInfo.from_sink(sink).set_must_source(must_src) \
+            .set_may_source(may_src).set_schedule_map(sched)
+        return ai.compute_flow().get_may_dependence()
+
+    may_w = writes.subtract(must_w)
+    flow_deps = flow(var_reads, must_w, may_w).coalesce()
+    if flow_only:
+        return flow_deps, None, None
+    output = flow(writes, must_w, may_w).coalesce()
+    # Reads after the last definite write before each write; writes kill
+    # older reads, which keeps this cheap (their order is implied through
+    # output dependences). Pairs that are output dependences already are
+    # not repeated here.
+    anti = flow(writes, must_w, var_reads).subtract(output)
+    return flow_deps, output, anti
 
 
 def _program_order_groups(model: PolyModel) -> isl.UnionMap:
