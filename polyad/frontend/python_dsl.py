@@ -13,19 +13,20 @@ from __future__ import annotations
 
 import ast
 import builtins
-import dataclasses
 import inspect
 import textwrap
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import numpy as np
 
 from .. import ir
 from ..errors import DSLError
-from ..intrinsics import INTRINSICS, PYTHON_ALIASES, Intrinsic
-from ..ir import (Binary, Call, Cast, Condition, Const, DType, Expr, Load, Loop, LoopVar,
-                  ScalarRef, Select, SizeVar, Statement, Unary)
+from ..intrinsics import PYTHON_ALIASES, Intrinsic
+from ..ir import (Binary, Call, Const, DType, Expr, Load, Loop, LoopVar, ScalarRef, Select,
+                  SizeVar, Unary)
+from .common import (KernelBuilder, cast_to, const_value, intrinsic_arity_error, is_affine,
+                     is_affine_condition, is_constant, make_binary, typed_intrinsic, weak_fix)
 
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
            ast.Mod: "%", ast.Pow: "**"}
@@ -124,96 +125,6 @@ def _resolve_annotation(fn, name, ns, src: _Source, node):
 # --------------------------------------------------------------------------
 # expressions shared by kernels and device functions
 # --------------------------------------------------------------------------
-
-
-def _weak_fix(a: Expr, b: Expr) -> tuple[Expr, Expr]:
-    """Give a weak literal the type of the other operand (``x * 2.0`` stays f32)."""
-    if isinstance(a, Const) and a.weak and not (isinstance(b, Const) and b.weak):
-        if b.dtype.is_float or not a.dtype.is_float:
-            a = Const(a.value if not b.dtype.is_float else float(a.value), b.dtype)
-    if isinstance(b, Const) and b.weak and not (isinstance(a, Const) and a.weak):
-        if a.dtype.is_float or not b.dtype.is_float:
-            b = Const(b.value if not a.dtype.is_float else float(b.value), a.dtype)
-    return a, b
-
-
-def make_binary(op: str, a: Expr, b: Expr) -> Expr:
-    """A typed binary node (Python semantics: ``/`` is true division)."""
-    a, b = _weak_fix(a, b)
-    if op in ir.COMPARE_OPS or op in ir.LOGIC_OPS:
-        return Binary(op, a, b, ir.boolean)
-    dt = ir.promote(a.dtype, b.dtype)
-    if op == "/" and not dt.is_float:
-        dt = ir.f64
-        a, b = Cast(a, dt), Cast(b, dt)
-    if op == "**" and not dt.is_float and not (isinstance(b, Const) and b.value >= 0):
-        dt = ir.f64
-    weak = isinstance(a, Const) and a.weak and isinstance(b, Const) and b.weak
-    if weak and op in ("+", "-", "*") and isinstance(a.value, (int, float)):
-        val = {"+": a.value + b.value, "-": a.value - b.value, "*": a.value * b.value}[op]
-        return Const(val, dt, True)
-    return Binary(op, a, b, dt)
-
-
-def cast_to(e: Expr, dt: DType) -> Expr:
-    if e.dtype == dt:
-        return e
-    if isinstance(e, Const):
-        return Const(float(e.value) if dt.is_float else int(e.value), dt)
-    return Cast(e, dt)
-
-
-def is_affine(e: Expr, int_params: frozenset = frozenset()) -> bool:
-    """Quasi-affine in loop variables, sizes and integer parameters (what ISL models)."""
-    if isinstance(e, Const):
-        return not e.dtype.is_float and isinstance(e.value, (int, np.integer))
-    if isinstance(e, (LoopVar, SizeVar)):
-        return True
-    if isinstance(e, ScalarRef):
-        return e.name in int_params
-    if isinstance(e, Unary) and e.op == "neg":
-        return is_affine(e.a, int_params)
-    if isinstance(e, Cast):
-        return not e.dtype.is_float and is_affine(e.a, int_params)
-    if isinstance(e, Binary):
-        if e.op in ("+", "-"):
-            return is_affine(e.a, int_params) and is_affine(e.b, int_params)
-        if e.op == "*":
-            return ((is_constant(e.a) and is_affine(e.b, int_params))
-                    or (is_constant(e.b) and is_affine(e.a, int_params)))
-        if e.op in ("//", "%"):
-            return (is_affine(e.a, int_params) and is_constant(e.b)
-                    and const_value(e.b) > 0)
-    return False
-
-
-def is_constant(e: Expr) -> bool:
-    if isinstance(e, Const):
-        return not e.dtype.is_float
-    if isinstance(e, Unary) and e.op == "neg":
-        return is_constant(e.a)
-    if isinstance(e, Binary) and e.op in ("+", "-", "*"):
-        return is_constant(e.a) and is_constant(e.b)
-    return False
-
-
-def const_value(e: Expr) -> int:
-    if isinstance(e, Const):
-        return int(e.value)
-    if isinstance(e, Unary):
-        return -const_value(e.a)
-    a, b = const_value(e.a), const_value(e.b)
-    return {"+": a + b, "-": a - b, "*": a * b}[e.op]
-
-
-def is_affine_condition(e: Expr, int_params: frozenset) -> bool:
-    if isinstance(e, Binary) and e.op in ir.LOGIC_OPS:
-        return is_affine_condition(e.a, int_params) and is_affine_condition(e.b, int_params)
-    if isinstance(e, Unary) and e.op == "not":
-        return is_affine_condition(e.a, int_params)
-    if isinstance(e, Binary) and e.op in ir.COMPARE_OPS and e.op != "!=":
-        return is_affine(e.a, int_params) and is_affine(e.b, int_params)
-    return False
 
 
 class _ExprParser:
@@ -327,7 +238,7 @@ class _ExprParser:
     def x_IfExp(self, node):
         cond = self.expr(node.test)
         a, b = self.expr(node.body), self.expr(node.orelse)
-        a, b = _weak_fix(a, b)
+        a, b = weak_fix(a, b)
         dt = ir.promote(a.dtype, b.dtype) if a.dtype != b.dtype else a.dtype
         return Select(cond, cast_to(a, dt), cast_to(b, dt), dt)
 
@@ -362,26 +273,10 @@ class _ExprParser:
                        "kernels can call intrinsics (pa.exp, abs, min, ...) and @pa.func functions")
 
     def intrinsic_call(self, node, name, args) -> Expr:
-        f = INTRINSICS[name]
-        if f.arity == -1 and len(args) < 2 or f.arity > 0 and len(args) != f.arity:
-            n = "at least 2" if f.arity == -1 else str(f.arity)
-            raise self.err(node, f"{name}() takes {n} arguments, got {len(args)}")
-        if len(args) == 2:
-            args = list(_weak_fix(*args))
-        dt = args[0].dtype
-        for a in args[1:]:
-            dt = ir.promote(dt, a.dtype)
-        if dt == ir.boolean:
-            dt = ir.i64
-        if f.float_result and not dt.is_float:
-            dt = ir.f64
-        args = [cast_to(a, dt) for a in args]
-        if name in ("min", "max") and len(args) > 2:
-            out = Call(name, (args[0], args[1]), dt)
-            for a in args[2:]:
-                out = Call(name, (out, a), dt)
-            return out
-        return Call(name, tuple(args), dt)
+        problem = intrinsic_arity_error(name, len(args))
+        if problem:
+            raise self.err(node, problem)
+        return typed_intrinsic(name, args)
 
     def func_call(self, node, fobj, args) -> Expr:
         fdef: ir.FuncDef = fobj.__polyad_func__
@@ -514,38 +409,15 @@ def parse_func(fn) -> tuple[ir.FuncDef, tuple[ir.FuncDef, ...]]:
 # --------------------------------------------------------------------------
 
 
-@dataclass
-class _Scope:
-    """Where the statement being parsed sits: loops, affine conditions, guard."""
-
-    loops: tuple[Loop, ...] = ()
-    position: tuple[int, ...] = ()
-    conditions: tuple[Condition, ...] = ()
-    guard: Optional[Expr] = None
-
-
-class _KernelParser(_ExprParser):
+class _KernelParser(_ExprParser, KernelBuilder):
     def __init__(self, fn, src: _Source, ns: dict[str, Any]):
-        super().__init__(src, ns)
+        _ExprParser.__init__(self, src, ns)
+        KernelBuilder.__init__(self)
         self.fn = fn
-        self.params: list[ir.Param] = []
-        self.arrays: dict[str, ir.ArrayType] = {}
-        self.scalars: dict[str, DType] = {}
-        self.sizes: dict[str, None] = {}
-        self.locals: dict[str, DType] = {}
-        self.temps: list[ir.Temp] = []
-        self.statements: list[Statement] = []
-        self.counters: list[int] = [0]
-        self.scope = _Scope()
-        self.result: Optional[tuple[str, DType]] = None
-        self.int_params: set[str] = set()
-        self.written: set[str] = set()
-        self.read: set[str] = set()
-        self.default_float = ir.f64
 
     # ---- names --------------------------------------------------------
-    def loop_vars(self) -> set[str]:
-        return {lp.var for lp in self.scope.loops}
+    def taken_names(self) -> set[str]:
+        return super().taken_names() | set(self.ns)
 
     def name_expr(self, node: ast.Name) -> Expr:
         n = node.id
@@ -635,10 +507,7 @@ class _KernelParser(_ExprParser):
                     for e in ir.walk(ext):
                         if isinstance(e, SizeVar):
                             self.sizes[e.name] = None
-        floats = [t.dtype for t in self.arrays.values() if t.dtype.is_float] + \
-                 [d for d in self.scalars.values() if d.is_float]
-        if floats and all(d == ir.f32 for d in floats):
-            self.default_float = ir.f32
+        self.choose_default_float()
         ret = _resolve_annotation(self.fn, "return", self.ns, self.src, fdef)
         self.return_type = None
         if ret is not inspect.Parameter.empty and ret is not None:
@@ -648,18 +517,8 @@ class _KernelParser(_ExprParser):
             self.return_type = ret
 
     # ---- statements ---------------------------------------------------
-    def next_position(self) -> tuple[int, ...]:
-        pos = self.scope.position + (self.counters[-1],)
-        self.counters[-1] += 1
-        return pos
-
     def emit(self, node, target, op, value: Expr):
-        value = cast_to(value, target.dtype)
-        st = Statement(name=f"S{len(self.statements)}", loops=self.scope.loops,
-                       position=self.next_position(), conditions=self.scope.conditions,
-                       guard=self.scope.guard, target=target, op=op, expr=value,
-                       line=self.src.line(node), source=self.src.segment(node))
-        self.statements.append(st)
+        self.emit_statement(target, op, value, self.src.line(node), self.src.segment(node))
 
     def block(self, stmts):
         for s in stmts:
@@ -734,121 +593,22 @@ class _KernelParser(_ExprParser):
             raise self.err(call, f"kernel {name}() takes {len(callee.params)} positional "
                                  f"arguments, got {len(call.args)}",
                            "inside a kernel every parameter, pa.Out arrays included, is passed")
-        values: dict[str, Expr] = {}
-        arrays: dict[str, str] = {}
-        sizes: dict[str, Expr] = {}
+        args = []
         for p, a in zip(callee.params, call.args):
             if p.is_array:
                 if not isinstance(a, ast.Name) or a.id not in self.arrays:
                     raise self.err(a, f"argument {p.name!r} of {name}() must be an array of "
                                       f"this kernel")
-                mine = self.arrays[a.id]
-                if mine.dtype != p.type.dtype or mine.ndim != p.type.ndim:
-                    raise self.err(a, f"{a.id!r} is {mine!r} but {name}() expects {p.type!r}")
-                if p.type.mode is not None and mine.mode != p.type.mode:
-                    # The mode belongs to the array: an inlined access can only use the caller's.
-                    raise self.err(a, f"{name}() reads {p.name!r} with boundary mode "
-                                      f"'{p.type.mode}', but {a.id!r} has "
-                                      f"{repr(mine.mode) if mine.mode else 'none'}",
-                                   f"declare {a.id!r} with .{p.type.mode} in this kernel too")
-                for ext, my_ext in zip(p.type.shape, mine.shape):
-                    self.bind_extent(a, name, p.name, ext, my_ext, sizes)
-                arrays[p.name] = a.id
-                if p.intent != "in":
-                    self.written.add(a.id)
+                args.append((a, a.id))
             else:
-                values[p.name] = cast_to(self.expr(a), p.type)
-                if p.name in callee.int_params and not is_affine(
-                        values[p.name], frozenset(self.int_params | set(self.scalars))):
-                    raise self.err(a, f"{name}() uses {p.name!r} in loop bounds or indices, "
-                                      "so its argument must be affine")
-        missing = [sz for sz in callee.sizes if sz not in sizes]
-        if missing:
-            raise self.err(call, f"cannot bind size(s) {', '.join(missing)} of {name}()",
-                           "every size of the called kernel must appear in an array argument")
-        renames = self.callee_locals(callee)
-        for t in callee.temps:
-            arrays[t.name] = self.fresh(f"{name}_{t.name}")
-            self.arrays[arrays[t.name]] = _subst_type(t.type, sizes)
-            self.temps.append(ir.Temp(arrays[t.name], self.arrays[arrays[t.name]], t.zero))
-        taken = self.loop_vars() | set(self.arrays) | set(self.scalars) | set(self.locals)
-        loop_names = {}
-        for st in callee.statements:
-            for lp in st.loops:
-                if lp.var not in loop_names:
-                    loop_names[lp.var] = lp.var if lp.var not in taken else self.fresh(lp.var)
-
-        def tr(e: Expr) -> Expr:
-            def fn(x):
-                if isinstance(x, SizeVar):
-                    return sizes[x.name]
-                if isinstance(x, LoopVar):
-                    return LoopVar(loop_names[x.name])
-                if isinstance(x, ScalarRef):
-                    return values.get(x.name) or ScalarRef(renames[x.name], x.dtype)
-                if isinstance(x, Load):
-                    return Load(arrays[x.array], x.index, x.dtype)
-                return None
-            return ir.map_expr(e, fn)
-
-        for sub in callee.funcs:
-            self.funcs[sub.name] = sub
-        for x in ir.walk_many(values.values()):
-            if isinstance(x, ScalarRef) and x.name in self.scalars:
-                self.int_params.add(x.name)
-        base = self.counters[-1]
-        width = 1 + max((st.position[0] for st in callee.statements), default=-1)
-        self.counters[-1] += width
-        scope = self.scope
-        for st in callee.statements:
-            t = st.target
-            target = tr(t) if isinstance(t, Load) else ScalarRef(renames[t.name], t.dtype)
-            guard = tr(st.guard) if st.guard is not None else None
-            if scope.guard is not None:
-                guard = scope.guard if guard is None else Binary("and", scope.guard, guard,
-                                                                 ir.boolean)
-            self.statements.append(Statement(
-                name=f"S{len(self.statements)}",
-                loops=scope.loops + tuple(Loop(loop_names[lp.var], tr(lp.lo), tr(lp.hi), lp.step)
-                                          for lp in st.loops),
-                position=scope.position + (base + st.position[0],) + st.position[1:],
-                conditions=scope.conditions + tuple(Condition(tr(c.expr), c.positive)
-                                                    for c in st.conditions),
-                guard=guard, target=target, op=st.op, expr=tr(st.expr), line=st.line,
-                source=f"{name}(): {st.source}"))
+                args.append((a, self.expr(a)))
+        arrays, values, sizes = self.bind_kernel_args(call, callee, args)
+        result = self.inline_kernel(call, callee, arrays, values, sizes)
         if result_target is not None:
-            if callee.result is None:
+            if result is None:
                 raise self.err(call, f"kernel {name}() returns nothing")
-            rname, rdt = callee.result
-            self.assign_value(s, result_target, ScalarRef(renames[rname], rdt))
+            self.assign_value(s, result_target, result)
         return True
-
-    def bind_extent(self, node, callee, param, ext: Expr, mine: Expr, sizes: dict):
-        if isinstance(ext, SizeVar) and ext.name not in sizes:
-            sizes[ext.name] = mine
-            return
-        want = ir.substitute_sizes(ext, sizes) if _sizes_bound(ext, sizes) else None
-        if want is None or ir.expr_str(ir.fold_integer_constants(want)) != \
-                ir.expr_str(ir.fold_integer_constants(mine)):
-            raise self.err(node, f"argument {param!r} of {callee}() has extent "
-                                 f"{ir.expr_str(mine)} where {ir.expr_str(ext)} is expected",
-                           "the called kernel's sizes must match the arrays passed to it")
-
-    def callee_locals(self, callee: ir.Kernel) -> dict:
-        renames = {}
-        for n, dt in callee.locals:
-            renames[n] = self.fresh(f"{callee.name}_{n}")
-            self.locals[renames[n]] = dt
-        return renames
-
-    def fresh(self, base: str) -> str:
-        taken = (self.loop_vars() | set(self.arrays) | set(self.scalars) | set(self.locals)
-                 | set(self.ns))
-        name, k = base, 1
-        while name in taken:
-            k += 1
-            name = f"{base}{k}"
-        return name
 
     def s_AnnAssign(self, s):
         if s.value is None:
@@ -933,16 +693,11 @@ class _KernelParser(_ExprParser):
                     raise self.err(it.args[2], "the loop step must be a nonzero integer constant")
                 step = const_value(args[2])
         lo, hi = cast_to(lo, ir.i64), cast_to(hi, ir.i64)
-        pos = self.next_position()
-        outer = self.scope
-        self.scope = _Scope(outer.loops + (Loop(var, lo, hi, step),), pos, outer.conditions,
-                            outer.guard)
-        self.counters.append(0)
+        outer = self.enter_loop(Loop(var, lo, hi, step))
         try:
             self.block(s.body)
         finally:
-            self.counters.pop()
-            self.scope = outer
+            self.leave_loop(outer)
 
     def s_If(self, s):
         cond = self.expr(s.test)
@@ -957,14 +712,7 @@ class _KernelParser(_ExprParser):
         for body, positive in branches:
             if not body:
                 continue
-            if affine:
-                scope = _Scope(outer.loops, outer.position,
-                               outer.conditions + (Condition(cond, positive),), outer.guard)
-            else:
-                g = cond if positive else Unary("not", cond, ir.boolean)
-                g = g if outer.guard is None else Binary("and", outer.guard, g, ir.boolean)
-                scope = _Scope(outer.loops, outer.position, outer.conditions, g)
-            self.scope = scope
+            self.scope = self.branch_scope(cond, positive, affine)
             try:
                 self.block(body)
             finally:
@@ -1002,33 +750,8 @@ class _KernelParser(_ExprParser):
         if self.return_type is not None and self.result is None:
             raise self.err(self.src.tree, "the kernel has a return annotation but no 'return'",
                            "return the accumulated value at the end of the kernel")
-        params = []
-        for p in self.params:
-            if p.is_array and p.intent == "in" and p.name in self.written:
-                p = ir.Param(p.name, p.type, "inout")
-            params.append(p)
-        self.collect_reads()
-        return ir.Kernel(
-            name=self.src.tree.name, params=tuple(params), sizes=tuple(self.sizes),
-            locals=tuple(self.locals.items()), temps=tuple(self.temps),
-            statements=tuple(self.statements), result=self.result,
-            funcs=tuple(self.funcs.values()), filename=self.src.filename,
-            line=self.src.line(self.src.tree),
-            int_params=tuple(n for n in self.scalars if n in self.int_params))
-
-    def collect_reads(self):
-        for st in self.statements:
-            for ld in st.reads():
-                self.read.add(ld.array)
-
-
-def _sizes_bound(e: Expr, sizes: dict) -> bool:
-    return all(x.name in sizes for x in ir.walk(e) if isinstance(x, SizeVar))
-
-
-def _subst_type(at: ir.ArrayType, sizes: dict) -> ir.ArrayType:
-    """A callee's array type with its sizes replaced by the caller's extents."""
-    return dataclasses.replace(at, shape=tuple(ir.substitute_sizes(e, sizes) for e in at.shape))
+        return self.build_kernel(self.src.tree.name, self.src.filename,
+                                 self.src.line(self.src.tree))
 
 
 def parse_kernel(fn) -> ir.Kernel:
