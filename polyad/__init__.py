@@ -4,7 +4,7 @@ See README.md and DESIGN.md for the user guide; the public API is what this
 module exports.
 """
 
-from .api import Func, Kernel, compile, empty, func, kernel, sizes, zeros  # noqa: F401
+from .api import Func, Kernel, compile, empty, from_c, func, kernel, sizes, zeros  # noqa: F401
 from .derivatives import (check_grad, custom_vjp, derivative, grad, value_and_grad,  # noqa: F401
                           vjp)
 from .errors import (ArgumentError, BoundsError, CompileError, DSLError, DTypeError,  # noqa: F401

@@ -11,6 +11,7 @@ import functools
 from typing import Optional
 
 from . import ir
+from .frontend.c_frontend import parse_c
 from .frontend.python_dsl import parse_func, parse_kernel
 from .pipeline import Artifact, Options, build_kernel, compile_kernel
 from .report import explain
@@ -118,6 +119,19 @@ class Kernel:
 def kernel(fn) -> Kernel:
     """Decorator: parse ``fn`` as a polyad kernel (DSLError on unsupported constructs)."""
     return Kernel(fn)
+
+
+def from_c(source, name: str, sizes: Optional[dict] = None,
+           filename: Optional[str] = None) -> Kernel:
+    """A kernel from C: function ``name`` of ``source`` (C text, or a ``pathlib.Path``).
+
+    ``sizes`` maps ``#define``d macros (or int parameters) that stay symbolic to
+    size names: ``pa.from_c(src, "kernel_jacobi_2d", sizes={"N": "n", "TSTEPS":
+    "tsteps"})``; int parameters that give array extents (``int n, double
+    A[n][n]``) are sizes anyway. Arrays the C writes are updated in place.
+    ``filename`` names the source in error messages (``file.c:LINE:COL``).
+    """
+    return Kernel(ir_kernel=parse_c(source, name, sizes, filename))
 
 
 def compile(k: Kernel, target: str = "openmp", sanitize: Optional[str] = None,
