@@ -2,6 +2,8 @@
 
   polyad show FILE.py:KERNEL [--grad NAME ...] [--format text|json|dot]
   polyad emit FILE.py:KERNEL [--grad NAME ...] -o DIR      (or FILE.py --all)
+  (FILE.c:FUNCTION works wherever FILE.py:KERNEL does; --sizes N=n keeps a
+  #define symbolic)
   polyad demo [--size N]
   polyad bench [--full] [ARGS ...]
   polyad cache info|clear
@@ -25,6 +27,7 @@ from typing import Optional
 
 from . import api, build, logconf, report
 from .errors import DSLError, PolyadError
+from .frontend import c_frontend
 from .runtime import toolchain
 from .target import get_target
 
@@ -60,7 +63,7 @@ def load_module(path: Path):
     if not path.is_file():
         raise UsageError(f"no such file: {path}")
     if path.suffix != ".py":
-        raise UsageError(f"{path} is not a Python file (expected FILE.py)")
+        raise UsageError(f"{path} is not a Python or C file (expected FILE.py or FILE.c)")
     path = path.resolve()
     name = path.stem if path.stem.isidentifier() and path.stem not in sys.modules \
         else f"__polyad_cli__{abs(hash(str(path)))}"
@@ -109,6 +112,48 @@ def select_kernel(module, path: Path, name: Optional[str]) -> api.Kernel:
     return obj
 
 
+def c_sizes(args) -> dict:
+    """``--sizes N=n TSTEPS=tsteps`` -> {"N": "n", "TSTEPS": "tsteps"}."""
+    out = {}
+    for item in getattr(args, "sizes", None) or []:
+        macro, sep, name = item.partition("=")
+        if not sep or not macro.isidentifier() or not name.isidentifier():
+            raise UsageError(f"--sizes {item}: write MACRO=name, e.g. --sizes N=n")
+        out[macro] = name
+    return out
+
+
+def load_c_unit(path: Path, args):
+    """The parsed C file ``path`` (DSL errors propagate)."""
+    if not path.is_file():
+        raise UsageError(f"no such file: {path}")
+    return c_frontend.load_unit(path, c_sizes(args))
+
+
+def file_kernel(path: Path, name: Optional[str], args) -> api.Kernel:
+    """Kernel ``name`` of a ``.py`` file or C function ``name`` of a ``.c`` file."""
+    if path.suffix != ".c":
+        if getattr(args, "sizes", None):
+            raise UsageError("--sizes applies to C files only")
+        return select_kernel(load_module(path), path, name)
+    unit = load_c_unit(path, args)
+    if name is None or name not in unit.functions:
+        listed = ", ".join(c_frontend.kernel_names(unit)) or "none"
+        what = "name the function: {p}:FUNCTION" if name is None else f"{name!r} is not " \
+            "defined in {p}"
+        raise UsageError(what.format(p=path) + f" (functions in {path.name}: {listed})")
+    return api.Kernel(ir_kernel=c_frontend.kernel_of(unit, name))
+
+
+def file_kernels(path: Path, args) -> list:
+    """Every kernel of a ``.py`` file, or every non-static function of a ``.c`` file."""
+    if path.suffix == ".c":
+        unit = load_c_unit(path, args)
+        return [api.Kernel(ir_kernel=c_frontend.kernel_of(unit, n))
+                for n in c_frontend.kernel_names(unit)]
+    return list(module_kernels(load_module(path)).values())
+
+
 def derive(kernel: api.Kernel, args) -> api.Kernel:
     """The kernel asked for by ``--grad`` / ``--vjp`` / ``--jvp`` (or ``kernel`` itself)."""
     asked = [(kind, getattr(args, kind)) for kind in _DERIVATIONS if getattr(args, kind)]
@@ -146,7 +191,7 @@ def cmd_show(args) -> int:
     """``polyad show``: print ``pa.explain``'s report."""
     _check_target(args.target)
     path, name = parse_spec(args.kernel)
-    kernel = derive(select_kernel(load_module(path), path, name), args)
+    kernel = derive(file_kernel(path, name, args), args)
     sys.stdout.write(report.explain(kernel, format=args.format, target=args.target,
                                      deterministic=args.deterministic))
     return 0
@@ -162,11 +207,11 @@ def cmd_emit(args) -> int:
         if any(getattr(args, kind) for kind in _DERIVATIONS):
             raise UsageError("--grad/--vjp/--jvp apply to one kernel: give FILE.py:KERNEL "
                              "instead of --all")
-        kernels = list(module_kernels(load_module(path)).values())
+        kernels = file_kernels(path, args)
         if not kernels:
-            raise UsageError(f"{path} defines no @pa.kernel")
+            raise UsageError(f"{path} defines no kernel")
     else:
-        kernels = [derive(select_kernel(load_module(path), path, name), args)]
+        kernels = [derive(file_kernel(path, name, args), args)]
     emitted = build.emit_sources(kernels, args.output, args.target, args.deterministic,
                                  progress=False if args.quiet else None)
     for e in emitted:
@@ -243,6 +288,8 @@ def _add_kernel_options(p: argparse.ArgumentParser) -> None:
                          help="use the forward-mode derivative with respect to NAME ...")
     p.add_argument("--target", default="openmp", metavar="TARGET",
                    help="code generator: openmp (default); cuda is not available yet")
+    p.add_argument("--sizes", nargs="+", metavar="MACRO=NAME",
+                   help="C files: keep #define MACRO symbolic as size NAME (pa.from_c's sizes=)")
     p.add_argument("--deterministic", action="store_true",
                    help="the schedule of pa.compile(k, deterministic=True): no parallel form "
                         "that reorders floating-point sums")
@@ -265,7 +312,8 @@ def make_parser() -> argparse.ArgumentParser:
                                       "domains, accesses, dependences, schedule, loop "
                                       "decisions, generated source.")
     show.add_argument("kernel", metavar="FILE.py:KERNEL",
-                      help="a Python file and the module-level name of a @pa.kernel in it")
+                      help="a Python file and the module-level name of a @pa.kernel in it, "
+                           "or FILE.c:FUNCTION")
     _add_kernel_options(show)
     show.add_argument("--format", choices=report.FORMATS, default="text",
                       help="text (default), json, or dot (dependence graph for Graphviz)")
@@ -274,8 +322,10 @@ def make_parser() -> argparse.ArgumentParser:
     emit = sub.add_parser("emit", parents=[common], help="write .c and .h files for a C build",
                           description="Write NAME.c and a documented NAME.h per kernel.")
     emit.add_argument("kernel", metavar="FILE.py[:KERNEL]",
-                      help="a Python file and a @pa.kernel in it (only the file with --all)")
-    emit.add_argument("--all", action="store_true", help="emit every kernel of FILE.py")
+                      help="a Python file and a @pa.kernel in it, or FILE.c:FUNCTION (only the "
+                           "file with --all)")
+    emit.add_argument("--all", action="store_true",
+                      help="emit every kernel of FILE.py (every non-static function of FILE.c)")
     emit.add_argument("-o", "--output", required=True, metavar="DIR",
                       help="directory for the files (created if needed)")
     emit.add_argument("-q", "--quiet", action="store_true", help="no progress display")

@@ -365,7 +365,7 @@ class _CParserBase:
         dividend, positive constant divisor) or where ISL needs it (indices, bounds)."""
         floor_op = "//" if op == "/" else "%"
         positive = is_constant(b) and const_value(b) > 0
-        if positive and (self.affine_ctx or self.nonnegative(a)):
+        if self.affine_ctx or positive and self.nonnegative(a):
             return Binary(floor_op, a, b, dt)
         if is_constant(b) and const_value(b) == 0:
             raise self.err(node, "integer division by zero")
@@ -731,9 +731,9 @@ class _KernelParser(_CParserBase, KernelBuilder):
                 size = self.size_params[p.name]
                 self.names[0][p.name] = ("size", size)
                 self.sizes[size] = None
-                self.c_params.append(_CParam(p.name, "size", p))
         for p in params:
             if p.name in self.size_params:
+                self.c_params.append(_CParam(p.name, "size", p))
                 continue
             t = p.type
             dt = _base_type(t, self.unit, self.err)
@@ -998,7 +998,12 @@ class _KernelParser(_CParserBase, KernelBuilder):
                 bound.append((a, b[1]))
             else:
                 bound.append((a, self.expr(a)))
-        arrays, values, sizes = self.bind_kernel_args(call, callee, bound)
+        # a macro size is the same symbol in both functions of the file
+        macro_sizes = {v: SizeVar(v) for k, v in self.unit.sizes.items()
+                       if v in callee.sizes and k not in callee_parser.size_params}
+        for v in macro_sizes:
+            self.sizes[v] = None
+        arrays, values, sizes = self.bind_kernel_args(call, callee, bound, macro_sizes)
         for cp, a in size_args:
             want = sizes.get(callee_parser.size_params[cp.name])
             got = cast_to(self.expr(a), ir.i64)
@@ -1211,6 +1216,11 @@ def _as_min_max(e: Expr) -> Expr:
                 return Call("min" if less else "max", (x.cond.a, x.cond.b), x.dtype)
             if (ta, tb) == (b, a):
                 return Call("max" if less else "min", (x.cond.a, x.cond.b), x.dtype)
+            # v < lo ? lo : min(v, hi)  ->  max(min(v, hi), lo)   (a clamp, lo <= hi)
+            inner = "min" if less else "max"
+            if ta == b and isinstance(x.b, Call) and x.b.func == inner \
+                    and a in (_key(x.b.args[0]), _key(x.b.args[1])):
+                return Call("max" if less else "min", (x.b, x.a), x.dtype)
         return None
     return ir.map_expr(e, fn)
 

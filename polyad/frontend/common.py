@@ -281,17 +281,19 @@ class KernelBuilder:
         return Scope(outer.loops, outer.position, outer.conditions, g)
 
     # ---- kernels calling kernels: inlined, so every later stage sees one kernel ----
-    def bind_kernel_args(self, call, callee: ir.Kernel, args) -> tuple[dict, dict, dict]:
+    def bind_kernel_args(self, call, callee: ir.Kernel, args,
+                         known_sizes: Optional[dict] = None) -> tuple[dict, dict, dict]:
         """Check a call's arguments against ``callee``'s parameters.
 
         ``args``: one ``(node, value)`` per parameter, ``value`` the name of an
         array of this kernel for array parameters, an Expr for scalars.
+        ``known_sizes``: callee sizes bound beforehand (name -> Expr of this kernel).
         Returns (array renames, scalar values, size values) for ``inline_kernel``.
         """
         name = callee.name
         values: dict[str, Expr] = {}
         arrays: dict[str, str] = {}
-        sizes: dict[str, Expr] = {}
+        sizes: dict[str, Expr] = dict(known_sizes or {})
         for p, (a, value) in zip(callee.params, args):
             if p.is_array:
                 mine = self.arrays[value]
