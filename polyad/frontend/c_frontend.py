@@ -183,18 +183,32 @@ def parse_unit(text: str, filename: str = "<c-source>", sizes: Optional[dict] = 
               if re.search(r"^\s*#\s*(define|ifndef|ifdef)\s+%s\b" % re.escape(k), text, re.M)]
     source = _blank_defines(text, macros)
     pre = preprocess(source, filename, {k: _SIZE_PREFIX + k for k in macros})
+    parser = c_parser.CParser()
     try:
-        tree = c_parser.CParser().parse(pre, filename)
+        tree = parser.parse(pre, filename)
     except ParseError as exc:
-        m = re.match(r"(.*?):(\d+):(\d+): (.*)", str(exc))
-        if m is None:
-            raise DSLError(f"C syntax error: {exc}", filename) from None
-        file = filename if m.group(1) == "<stdin>" else m.group(1)
-        raise DSLError(f"C syntax error: {m.group(4)}", file, int(m.group(2)),
-                       max(int(m.group(3)) - 1, 0),
-                       "polyad parses C99 (no GNU extensions); check the line") from None
+        raise _syntax_error(exc, parser, filename) from None
     functions = {ext.decl.name: ext for ext in tree.ext if isinstance(ext, c_ast.FuncDef)}
     return CUnit(tree, filename, functions, annotations, sizes)
+
+
+def _syntax_error(exc: ParseError, parser, filename: str) -> DSLError:
+    hint = "polyad parses C99 (no GNU extensions); check the line"
+    m = re.match(r"(.*?):(\d+):(\d+): (.*)", str(exc), re.S)
+    if m is not None:
+        return DSLError(f"C syntax error: {m.group(4)}", _file_name(m.group(1), filename),
+                        int(m.group(2)), max(int(m.group(3)) - 1, 0), hint)
+    message = str(exc).split(": ", 1)[-1]
+    try:  # some pycparser errors carry no position: the token where parsing stopped has one
+        coord = parser._tok_coord(parser._peek())
+        return DSLError(f"C syntax error: {message}", _file(coord, filename), coord.line,
+                        max(coord.column - 1, 0), hint)
+    except Exception:
+        return DSLError(f"C syntax error: {message}", filename, hint=hint)
+
+
+def _file_name(name: str, filename: str) -> str:
+    return filename if not name or name == "<stdin>" else name
 
 
 def _file(coord, filename: str) -> str:
@@ -940,8 +954,10 @@ class _KernelParser(_CParserBase, KernelBuilder):
                                "local first")
             target = ScalarRef(b[1], self.locals[b[1]])
         else:
-            raise self.err(lvalue, "assignment target must be an array element or a local",
-                           "pointer dereferences are not supported")
+            if isinstance(lvalue, c_ast.UnaryOp) and lvalue.op == "*":
+                raise self.err(lvalue, "pointer dereference ('*p') is not supported",
+                               "index the array instead: p[i]")
+            raise self.err(lvalue, "assignment target must be an array element or a local")
         self.emit(s, target, op, value)
 
     def names_set(self, name, binding):

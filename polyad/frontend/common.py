@@ -356,7 +356,8 @@ class KernelBuilder:
 
         for sub in callee.funcs:
             self.funcs[sub.name] = sub
-        for x in ir.walk_many(values.values()):
+        # only values the callee uses in bounds or indices become ISL parameters here
+        for x in ir.walk_many(v for n, v in values.items() if n in callee.int_params):
             if isinstance(x, ScalarRef) and x.name in self.scalars:
                 self.int_params.add(x.name)
         base = self.counters[-1]
