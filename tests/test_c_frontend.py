@@ -270,6 +270,21 @@ def test_syntax_and_preprocessor_errors_name_the_line():
         pa.from_c("void k(void) {}", "kern")
 
 
+def test_sizes_must_name_macros_or_parameters():
+    with pytest.raises(pa.DSLError, match="neither #defined"):
+        pa.from_c("void k(int n, double A[n]) { A[0] = 1.0; }", "k", sizes={"M": "m"})
+    with pytest.raises(ValueError, match="identifiers"):
+        pa.from_c("void k(int n, double A[n]) { A[0] = 1.0; }", "k", sizes={"n": "2x"})
+    # an int parameter named in sizes= is a size even where no extent uses it
+    k = pa.from_c("void k(int n, int t, double A[n]) {\n"
+                  "  for (int s = 0; s < t; s++) for (int i = 0; i < n; i++) A[i] += 1.0;\n}\n",
+                  "k", sizes={"t": "steps"})
+    assert k.ir.sizes == ("n", "steps")
+    A = np.zeros(4)
+    k(A, steps=3)
+    np.testing.assert_array_equal(A, 3.0)
+
+
 def test_bounds_error_names_the_c_line():
     src = ("void shift(int n, double A[n], double B[n])\n{\n"
            "  for (int i = 0; i < n; i++)\n    B[i] = A[i + 1];\n}\n")

@@ -189,6 +189,15 @@ def parse_unit(text: str, filename: str = "<c-source>", sizes: Optional[dict] = 
     except ParseError as exc:
         raise _syntax_error(exc, parser, filename) from None
     functions = {ext.decl.name: ext for ext in tree.ext if isinstance(ext, c_ast.FuncDef)}
+    params = {p.name for f in functions.values() for p in (f.decl.type.args.params
+                                                            if f.decl.type.args else [])
+              if isinstance(p, c_ast.Decl)}
+    unknown = [k for k in sizes if k not in macros and k not in params]
+    if unknown:
+        raise DSLError(f"sizes= names {', '.join(map(repr, unknown))}, which is neither "
+                       f"#defined in {filename} nor a parameter of its functions", filename,
+                       hint="sizes maps #define'd macros (or int parameters) to size names, "
+                            "e.g. sizes={'N': 'n'}")
     return CUnit(tree, filename, functions, annotations, sizes)
 
 
