@@ -71,6 +71,10 @@ def test_sizes_and_modes_from_c():
     assert per.ir.param("x").type.mode == "circular"
     sob = kernel(next(c for c in CASES if c.func == "sobel"))
     assert sob.ir.param("img").type == pa.f32[sob.ir.param("img").type.shape].clamped
+    # PolyBench's 'tmp[i] = tmp[i] + A[i][j] * x[j]' is the accumulation 'tmp[i] += ...'
+    atax = kernel(next(c for c in CASES if c.func == "kernel_atax"))
+    assert [st.op for st in atax.ir.statements] == ["=", "=", "+=", "+="]
+    assert "atomic" not in pa.vjp(atax, wrt="A").source
     # C literal typing: 2.0f keeps the Sobel arithmetic in float
     assert "2.0f" in sob.source and "double" not in sob.source.split("{", 1)[1]
 

@@ -934,7 +934,8 @@ class _KernelParser(_CParserBase, KernelBuilder):
             if result is None:
                 raise self.err(s.rvalue, f"{s.rvalue.name.name}() returns nothing")
             return self.assign_value(s, s.lvalue, op, result)
-        self.assign_value(s, s.lvalue, op, self.expr(s.rvalue))
+        op, rvalue = _as_update(op, s.lvalue, s.rvalue)
+        self.assign_value(s, s.lvalue, op, self.expr(rvalue))
 
     def assign_value(self, s, lvalue, op, value: Expr):
         if isinstance(lvalue, c_ast.ArrayRef):
@@ -1202,6 +1203,20 @@ class _KernelParser(_CParserBase, KernelBuilder):
         self.temps = [ir.Temp(t.name, self.arrays[t.name], t.zero) for t in self.temps]
         return self.build_kernel(self.fdef.decl.name, _file(self.fdef.coord, self.unit.filename),
                                  self.line(self.fdef))
+
+
+def _as_update(op: str, lvalue, rvalue) -> tuple[str, object]:
+    """``x = x + e`` -> (``+=``, e), and ``- * /`` alike (``x = e + x`` and ``x = e * x``
+    too): the update form the IR and AD know as an accumulation. C evaluates both the
+    same way, to the bit."""
+    if op != "=" or not isinstance(rvalue, c_ast.BinaryOp) or rvalue.op not in "+-*/":
+        return op, rvalue
+    target = _generate(lvalue)
+    if _generate(rvalue.left) == target:
+        return rvalue.op + "=", rvalue.right
+    if rvalue.op in "+*" and _generate(rvalue.right) == target:
+        return rvalue.op + "=", rvalue.left
+    return op, rvalue
 
 
 def _with_mode(at: ir.ArrayType, mode: str) -> ir.ArrayType:
