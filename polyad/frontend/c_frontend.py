@@ -45,7 +45,6 @@ from pycparser.c_parser import ParseError
 
 from .. import ir
 from ..errors import DSLError
-from ..intrinsics import INTRINSICS
 from ..ir import (Binary, Call, Const, DType, Expr, Load, Loop, LoopVar, ScalarRef, Select,
                   SizeVar, Unary)
 from .common import (KernelBuilder, cast_to, const_value, intrinsic_arity_error, is_affine,
@@ -1303,7 +1302,8 @@ def _retype(e: Expr) -> Expr:
 
 def parse_c(source: Union[str, os.PathLike], name: str, sizes: Optional[dict] = None,
             filename: Optional[str] = None) -> ir.Kernel:
-    """The IR of C function ``name`` in ``source`` (C text, or a path to a .c file).
+    """The IR of C function ``name`` in ``source`` (C text, or a path to a .c file: a
+    ``pathlib.Path`` or a one-line string naming an existing ``.c`` file).
 
     ``sizes`` maps C macros (``#define N 1000``) or int parameters to the names
     of symbolic sizes, e.g. ``{"N": "n", "TSTEPS": "tsteps"}``; int parameters
@@ -1316,6 +1316,9 @@ def parse_c(source: Union[str, os.PathLike], name: str, sizes: Optional[dict] = 
 def load_unit(source: Union[str, os.PathLike], sizes: Optional[dict] = None,
               filename: Optional[str] = None) -> CUnit:
     """Read (if a path), preprocess and parse a C translation unit."""
+    if isinstance(source, str) and "\n" not in source and source.endswith((".c", ".h")) \
+            and Path(source).is_file():  # a file name is never a whole C program
+        source = Path(source)
     if isinstance(source, os.PathLike):
         path = Path(source)
         text = path.read_text()
