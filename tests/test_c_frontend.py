@@ -358,3 +358,5 @@ def test_cli_show_and_emit_c_files(tmp_path, repo_root):
 def test_kernel_names_skip_static_helpers():
     unit = c_frontend.load_unit(CORPUS / "sobel.c")
     assert c_frontend.kernel_names(unit) == ["sobel"]
+    by_name = pa.from_c(str(CORPUS / "gemm.c"), "kernel_gemm")  # a file name, as text
+    assert by_name.ir.filename == str(CORPUS / "gemm.c")
