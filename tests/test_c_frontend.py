@@ -228,6 +228,10 @@ REJECTED = [
     ("static local", "  static double acc = 0.0;\n", 3, "static local", "parameter"),
     ("return in loop", "  for (int i = 0; i < n; i++) { return; }\n", 3, "'return'",
      "accumulate"),
+    ("counter with a value", "  int i = 2;\n  for (i = 0; i < n; i++) B[i] = 0.0;\n  A[0] = i;\n",
+     4, "cannot be a loop counter", "variable of its own"),
+    ("counter read after loop", "  int i;\n  for (i = 0; i < n; i++) B[i] = 0.0;\n  A[0] = i;\n",
+     5, "read outside its loop", "no value after its loop"),
     ("partial indexing", "  for (int i = 0; i < n; i++) B[i] = A;\n", 3, "without an index",
      "x[i]"),
 ]

@@ -1088,8 +1088,13 @@ class _KernelParser(_CParserBase, KernelBuilder):
             b = self.lookup(name)
             if b is None:
                 raise self.err(init, f"unknown name {name!r}", "declare the counter: int i;")
-            if b[0] not in ("counter", "local") or \
-                    (b[0] == "local" and self.locals[b[1]].is_float):
+            if b[0] == "local":
+                # C leaves the final count in it; a polyad loop counter has no value after
+                # its loop, and the local would keep its old value
+                raise self.err(init, f"{name!r} is a variable assigned outside for-headers, so "
+                                     "it cannot be a loop counter",
+                               "count with a variable of its own: for (int k = lo; k < hi; k++)")
+            if b[0] != "counter":
                 raise self.err(init, f"{name!r} cannot be a loop counter", hint)
             return name, self.bound(init.rvalue)
         raise self.err(s, "the for-loop needs one counter initialised in its header", hint)
