@@ -350,6 +350,11 @@ def test_cli_show_and_emit_c_files(tmp_path, repo_root):
     assert emitted.returncode == 0, emitted.stderr
     c_file = tmp_path / "cost_atax_grad_A.c"
     assert c_file.exists() and "#pragma omp" in c_file.read_text()
+    adjoint = subprocess.run(run + ["emit", f"{CORPUS / 'gemm.c'}:kernel_gemm", "--vjp", "A",
+                                    "-o", str(tmp_path), "-q"],
+                             env=env, capture_output=True, text=True)
+    assert adjoint.returncode == 0, adjoint.stderr
+    assert (tmp_path / "kernel_gemm_vjp_A.h").exists()
     bad = tmp_path / "bad.c"
     bad.write_text("void k(int n, double A[n]) {\n  while (n) A[0] = 1.0;\n}\n")
     failed = subprocess.run(run + ["show", f"{bad}:k"], env=env, capture_output=True, text=True)
