@@ -7,7 +7,8 @@ derivative.
     python benchmarks/c_corpus.py --quick         # sizes / 4 per dimension, 3 repeats
     python benchmarks/c_corpus.py --only kernel_gemm tv_cost
 
-Columns (medians of --repeat runs, inputs restored before every run, untimed):
+Columns (medians, or --stat min, of --repeat runs; inputs restored before every run,
+untimed):
   gcc       the .c file compiled by ``gcc -O3 -march=native`` (no OpenMP), via cffi
   1T, 2T    polyad's OpenMP build run with 1 and 2 threads (omp_set_num_threads)
   x1T, x2T  speedup over gcc: gcc time / polyad time
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import statistics
 import sys
 import time
@@ -48,14 +50,17 @@ def copy(args):
     return {n: v.copy() if isinstance(v, np.ndarray) else v for n, v in args.items()}
 
 
-def median_time(fn, args, repeat):
+STAT = {"median": statistics.median, "min": min}
+
+
+def timed(fn, args, repeat, stat="median"):
     times = []
     for _ in range(repeat):
         a = copy(args)
         t0 = time.perf_counter()
         fn(a)
         times.append(time.perf_counter() - t0)
-    return statistics.median(times)
+    return STAT[stat](times)
 
 
 def derivative(case, k, args):
@@ -81,7 +86,7 @@ def rel_err(a, b):
     return float(np.max(np.abs(a - b)) / max(1e-300, float(np.max(np.abs(b)))))
 
 
-def run_case(case, dims, repeat):
+def run_case(case, dims, repeat, stat):
     args = case.make(np.random.default_rng(1), dims)
     ref = gcc_build(case.path, case.defines(dims))
     k = pa.from_c(case.path, case.func, sizes=case.macros or None)
@@ -99,13 +104,13 @@ def run_case(case, dims, repeat):
     for n, v in ra.items():
         if isinstance(v, np.ndarray):
             err = max(err, rel_err(pa_args[n], v))
-    row = {"gcc": median_time(gcc_call, args, repeat)}
+    row = {"gcc": timed(gcc_call, args, repeat, stat)}
     for threads in (1, 2):
         _gomp.omp_set_num_threads(threads)
-        row[f"{threads}T"] = median_time(polyad_call, args, repeat)
+        row[f"{threads}T"] = timed(polyad_call, args, repeat, stat)
     dk, positional, label = derivative(case, k, args)
     dk(*positional(copy(args)), **kw)  # compile
-    row["grad"] = median_time(lambda a: dk(*positional(a), **kw), args, repeat)
+    row["grad"] = timed(lambda a: dk(*positional(a), **kw), args, repeat, stat)
     row["label"], row["err"] = label, err
     return row
 
@@ -115,11 +120,15 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="sizes / 4 per dimension, 3 repeats")
     ap.add_argument("--repeat", type=int, default=None, help="runs per median (default 7)")
     ap.add_argument("--only", nargs="+", metavar="FUNCTION", help="these corpus functions only")
+    ap.add_argument("--stat", choices=sorted(STAT), default="median",
+                    help="median (default) or min of the runs (min: on a machine shared with "
+                         "other work, the run least disturbed by it)")
     args = ap.parse_args(argv)
     repeat = args.repeat or (3 if args.quick else 7)
     cases = [c for c in CASES if not args.only or c.func in args.only]
     print(f"C corpus: polyad (OpenMP) vs gcc -O3 -march=native sequential; "
-          f"median of {repeat}; omp max threads {_gomp.omp_get_max_threads()}")
+          f"{args.stat} of {repeat}; omp max threads {_gomp.omp_get_max_threads()}; "
+          f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     head = (f"{'function':<20} {'dims':<34} {'gcc ms':>9} {'1T ms':>9} {'2T ms':>9} "
             f"{'x1T':>6} {'x2T':>6} {'grad ms':>9} {'grad/pr':>8}  {'err':>8}  derivative")
     print(head)
@@ -130,7 +139,7 @@ def main(argv=None):
             dims = {n: (v if n in ("tsteps", "tmax") else max(4, v // 4)) for n, v in dims.items()}
         dim_text = " ".join(f"{n}={v}" for n, v in dims.items())
         try:
-            r = run_case(case, dims, repeat)
+            r = run_case(case, dims, repeat, args.stat)
         except pa.PolyadError as exc:
             print(f"{case.func:<20} {dim_text:<34} FAILED: {str(exc).splitlines()[0]}")
             continue
