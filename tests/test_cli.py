@@ -163,7 +163,7 @@ def test_python_dash_m(src):
 
 @pytest.mark.parametrize("args, message", [
     (["show", "missing.py:k"], "no such file: missing.py"),
-    (["show", "notes.txt:k"], "is not a Python file"),
+    (["show", "notes.txt:k"], "is not a Python or C file"),
     (["show", "kernels.py"], "name the kernel: kernels.py:KERNEL (kernels in kernels.py: "
                              "tv_cost, blur)"),
     (["show", "kernels.py:nope"], "'nope' is not defined in kernels.py"),
