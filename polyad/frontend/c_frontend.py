@@ -731,7 +731,6 @@ class _KernelParser(_CParserBase, KernelBuilder):
         for p in params:
             if isinstance(p, c_ast.EllipsisParam):
                 raise self.err(p, "variadic functions are not supported")
-        names = {p.name for p in params}
         scalar_ints = set()
         for p in params:
             if isinstance(p.type, c_ast.TypeDecl) and \
@@ -767,7 +766,7 @@ class _KernelParser(_CParserBase, KernelBuilder):
                 self.params.append(ir.Param(p.name, dt, "in"))
                 self.c_params.append(_CParam(p.name, "scalar", p))
                 continue
-            shape = self.array_shape(p, t, names)
+            shape = self.array_shape(p, t)
             at = ir.ArrayType(dt, shape)
             self.arrays[p.name] = at
             self.names[0][p.name] = ("array", p.name)
@@ -786,7 +785,7 @@ class _KernelParser(_CParserBase, KernelBuilder):
                                "write array results into array parameters")
             self.return_type = _base_type(ret, self.unit, self.err)
 
-    def array_shape(self, p, t, names) -> tuple:
+    def array_shape(self, p, t) -> tuple:
         dims = []
         ann = self.unit.annotations.get(p.name)
         if isinstance(t, c_ast.PtrDecl):
