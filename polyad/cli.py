@@ -209,7 +209,8 @@ def cmd_emit(args) -> int:
                              "instead of --all")
         kernels = file_kernels(path, args)
         if not kernels:
-            raise UsageError(f"{path} defines no kernel")
+            what = "non-static function" if path.suffix == ".c" else "@pa.kernel"
+            raise UsageError(f"{path} defines no {what}")
     else:
         kernels = [derive(file_kernel(path, name, args), args)]
     emitted = build.emit_sources(kernels, args.output, args.target, args.deterministic,
