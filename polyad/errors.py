@@ -54,3 +54,7 @@ class DTypeError(ArgumentError, TypeError):
 
 class CompileError(PolyadError):
     """The C compiler failed on generated code; carries its message and the source path."""
+
+
+class TilingError(PolyadError):
+    """A kernel cannot be run tile by tile as its arguments are cut (``polyad.dask``)."""

@@ -635,3 +635,198 @@ def inverse_pieces(access: isl.Map, keep: tuple[int, ...] = ()
     pma.foreach_piece(lambda s, ma: pieces.append(
         (s, [ma.get_at(k) for k in range(ma.dim(isl.dim_type.out))])))
     return pieces
+
+
+# --------------------------------------------------------------------------
+# tiling footprint (what one tile of a kernel needs around what it owns)
+# --------------------------------------------------------------------------
+
+# Two sizes far beyond any offset a kernel uses: a footprint that is the same at
+# both is independent of the size; one that changes grows with the array.
+_TILE_PROBE_SIZES = (LARGE_SIZE, 2 * LARGE_SIZE + 1)
+
+
+def loop_position_vars(st: Statement, axes) -> dict[str, str]:
+    """For each size in ``axes``, the loop variable of ``st`` that walks along it.
+
+    A loop walks along size ``S`` when it runs over ``range(c, S + c')`` (or the
+    reversed ``range(S + c' - 1, c - 1, -1)`` of an adjoint) for constants
+    ``c, c'``. Sizes no loop walks along, or more than one does, are left out.
+    """
+    out: dict[str, str] = {}
+    ambiguous = set()
+    for lp in st.loops:
+        first, end = (lp.lo, lp.hi) if lp.step > 0 else (lp.hi, lp.lo)
+        for axis in axes:
+            if _offset_from_size(end, axis) is not None and _offset_from_size(first, None) \
+                    is not None:
+                if axis in out:
+                    ambiguous.add(axis)
+                out[axis] = lp.var
+    return {a: v for a, v in out.items() if a not in ambiguous}
+
+
+def _offset_from_size(e: Expr, size: Optional[str]) -> Optional[int]:
+    """``c`` if ``e`` is ``size + c`` (``size=None``: the constant ``c``) for a constant ``c``."""
+    names = {x.name for x in ir.walk(e) if isinstance(x, (SizeVar, ScalarRef, LoopVar))}
+    if names - ({size} if size else set()):
+        return None
+    at0 = ir.eval_integer(e, {size: 0} if size else {})
+    if size is None:
+        return at0
+    at1 = ir.eval_integer(e, {size: 1000})
+    return at0 if at0 is not None and at1 == at0 + 1000 else None
+
+
+@dataclass(frozen=True)
+class AxisReach:
+    """How far a tile must see beyond its owned elements along one tiled size.
+
+    ``halo`` cells on each side suffice, or ``halo`` is None and ``why`` says
+    which dependence reaches an unbounded distance along the size. ``full``:
+    every loop along the size runs exactly over all of it (none stops short
+    of an end or runs past one), so tiles can wrap around like a circular array.
+    """
+
+    halo: Optional[int]
+    why: str = ""
+    full: bool = True
+
+
+def tile_footprint(kernel: ir.Kernel, axes, references: dict[str, dict[str, Expr]],
+                   values: dict[str, int], reductions=frozenset()) -> dict[str, AxisReach]:
+    """The halo each tiled size needs so a tile computes its owned results exactly.
+
+    ``axes``: the sizes the arrays are cut along. ``references``: the sink
+    statements (those writing the results a tile owns) by name, each with the
+    affine position along every axis of the result it produces (the written
+    element's index, or a loop variable for a reduction's contribution).
+    ``values``: every other size and integer parameter. ``reductions``: the
+    results that tiles compute as partial sums over the instances they own
+    (added up afterwards); the dependences of their accumulation are not
+    followed, since no tile sees another tile's partial sum.
+
+    The reach follows the dataflow: the flow dependences' transitive closure
+    from each sink instance to every statement instance it depends on, then
+    (1) the inputs those instances read, (2) the instances themselves, which
+    must exist in a tile that starts ``halo`` cells early (their loops' distance
+    from the ends of the size counts), and (3) a guard for writes whose index
+    is offset from their loop through a boundary mode (at a tile's cut, the
+    mode folds them into the first cells, which therefore must be halo).
+    Distances are measured on plain affine indices (the interior of the
+    arrays): at the arrays' true border the kernel's own boundary modes apply.
+    """
+    model = PolyModel(kernel)
+    inputs = {p.name for p in kernel.params if p.is_array and p.intent in ("in", "inout")}
+    positions = {st.name: loop_position_vars(st, axes) for st in kernel.statements}
+    per_probe = []
+    for probe in _TILE_PROBE_SIZES:
+        point = {**values, **{a: probe for a in axes}}
+        per_probe.append(_tile_distances(kernel, model, axes, references, reductions,
+                                         positions, inputs, point))
+    reach = {a: 0 for a in axes}
+    margin = {a: 0 for a in axes}
+    guard = {a: 0 for a in axes}
+    why: dict[str, str] = {}
+    full = {a: True for a in axes}
+    order = {"read": 0, "instance": 1, "margin": 2, "guard": 3}  # the clearest reason first
+    for key in sorted(per_probe[0].keys() | per_probe[1].keys(),
+                      key=lambda key: (order[key[1]], key)):
+        axis, kind, what = key
+        lo, hi = per_probe[0].get(key, (0, 0))
+        if per_probe[1].get(key, (0, 0)) != (lo, hi):
+            why.setdefault(axis, what)
+        elif kind == "margin":
+            margin[axis] = max(margin[axis], lo, hi)
+            full[axis] = full[axis] and (lo, hi) == (0, 0)
+        elif kind == "guard":
+            guard[axis] = max(guard[axis], -lo + 1, hi + 1)
+        else:
+            reach[axis] = max(reach[axis], -lo, hi)
+    return {a: AxisReach(None, why[a], False) if a in why else
+            AxisReach(reach[a] + margin[a] + guard[a], full=full[a]) for a in axes}
+
+
+def _tile_distances(kernel, model, axes, references, reductions, positions, inputs, point
+                    ) -> dict:
+    """(axis, kind, description) -> (min, max) distances with every size fixed to ``point``."""
+    pset = isl.Set.read_from_str(model.ctx, model.param_prefix + "{ : " + " and ".join(
+        f"{isl_name(p)} = {point[q]}" for p, q in zip(model.params, list(kernel.sizes) +
+                                                      list(kernel.int_params))) + " }")
+    stmts = {st.name: st for st in kernel.statements}
+    flow = isl.UnionMap.empty(model.context.get_space())
+    followed = {st.target_name for st in kernel.statements} - set(reductions)
+    for m in dependences(model, variables=followed, flow_only=frozenset(followed)).flow.values():
+        flow = flow.union(m)
+    flow = flow.reverse().intersect_params(pset)  # each read instance -> the writes it reads
+    closure = flow.transitive_closure()[0] if not flow.is_empty() else flow
+    domains = model.union_domain().intersect_params(pset)
+    closure = closure.union(domains.identity()).coalesce()
+
+    def one_dim(st: Statement, e: Expr) -> isl.Map:
+        return isl.Map.read_from_str(
+            model.ctx, f"{model.param_prefix}{{ {model.tuple_text(st)} -> [{affine_text(e)}] }}"
+        ).intersect_domain(model.domain(st)).intersect_params(pset)
+
+    def extent(s) -> Optional[tuple[int, int]]:
+        s = s.coalesce()
+        if s.is_empty():
+            return None
+        return s.dim_min_val(0).to_python(), s.dim_max_val(0).to_python()
+
+    def deltas(umap: isl.UnionMap) -> Optional[tuple[int, int]]:
+        d = umap.deltas()
+        return None if d.is_empty() else extent(isl.Set.from_union_set(d))
+
+    out: dict = {}
+
+    def record(key, rng):
+        if rng is not None:
+            lo, hi = out.get(key, rng)
+            out[key] = (min(lo, rng[0]), max(hi, rng[1]))
+
+    for sink_name, ref in references.items():
+        sink = stmts[sink_name]
+        for axis in axes:
+            if axis not in ref:
+                continue
+            start = one_dim(sink, ref[axis]).reverse().to_union_map().apply_range(closure)
+            for st in kernel.statements:
+                for ld in st.reads():
+                    if ld.array not in inputs:
+                        continue
+                    dims = [d for d, e in enumerate(kernel.array_type(ld.array).shape)
+                            if isinstance(e, SizeVar) and e.name == axis]
+                    for d in dims:
+                        reads = one_dim(st, ld.index[d]).to_union_map()
+                        record((axis, "read", f"{sink.target_name} (line {sink.line}) reads "
+                                f"{ld.array!r} along its dimension {d} ({axis}) at distances "
+                                f"that grow with {axis}"),
+                               deltas(start.apply_range(reads)))
+                var = positions[st.name].get(axis)
+                if var is not None:
+                    inst = one_dim(st, LoopVar(var)).to_union_map()
+                    record((axis, "instance", f"{sink.target_name} (line {sink.line}) depends "
+                            f"on the statement at line {st.line} at distances along {axis} "
+                            f"that grow with {axis}"), deltas(start.apply_range(inst)))
+    for st in kernel.statements:
+        for axis, var in positions[st.name].items():
+            loop = one_dim(st, LoopVar(var))
+            rng = extent(loop.range())
+            if rng is not None:
+                # How far the loop stops short of each end of the size.
+                record((axis, "margin", f"the loop over {var!r} at line {st.line} does not "
+                        f"run a fixed distance from the ends of {axis}"),
+                       (rng[0], point[axis] - 1 - rng[1]))
+            if isinstance(st.target, Load):
+                at = kernel.array_type(st.target.array)
+                for d, e in enumerate(at.shape):
+                    if at.mode in (None, "zero") or not (isinstance(e, SizeVar) and e.name == axis):
+                        continue
+                    offsets = deltas(loop.reverse().apply_range(
+                        one_dim(st, st.target.index[d])).to_union_map())
+                    if offsets is not None and offsets != (0, 0):
+                        record((axis, "guard", f"the write {st.target.array}[...] at line "
+                                f"{st.line} is offset from its loop by a distance that grows "
+                                f"with {axis}"), offsets)
+    return out
