@@ -12,6 +12,9 @@
   collecting the size conditions that circular/mirror pieces need.
 - ``dependences(model)`` computes flow, anti and output dependences per array
   (and per scalar) with ``UnionAccessInfo.compute_flow``.
+- ``tile_footprint(kernel, axes, ...)`` measures, along each size an array is
+  cut along, how many cells past its own elements a tile must see (the
+  transitive dataflow from the results it owns), for ``polyad.dask``.
 
 Names inside ISL are the DSL names (statement ``S3``, loop variable ``n``,
 size ``N``, array ``g``), so ``pa.explain`` output reads like the source.
