@@ -4,8 +4,11 @@ Each variant runs in its own child process, so its peak resident memory
 (``resource.getrusage(RUSAGE_SELF).ru_maxrss``) is its own:
 
 * ``untiled``      numpy inputs, one call of the compiled gradient (OpenMP, all cores).
-* ``dask``         the same numpy inputs cut into chunks, ``polyad.dask.map_kernel``,
-                   ``.compute()`` into one numpy array (the same work and result).
+* ``dask-store``   the same numpy inputs cut into chunks, ``polyad.dask.map_kernel``,
+                   ``dask.array.store`` into a fresh numpy array (the same work and
+                   result as ``untiled``).
+* ``dask-compute`` the same, but ``.compute()``: dask gathers the result blocks and
+                   then concatenates them (one more copy of the result).
 * ``dask-lazy``    inputs generated chunk by chunk by dask, the gradient reduced
                    chunk by chunk to its squared norm: no full-size array ever
                    exists (the shape of an out-of-core pipeline; its time includes
@@ -73,7 +76,6 @@ def _timed(fn, repeats: int) -> list[float]:
 
 
 def child(variant: str, size: int, chunk: int, repeats: int, workers: int) -> dict:
-    import dask
     import dask.array as da
     import numpy as np
 
@@ -87,11 +89,16 @@ def child(variant: str, size: int, chunk: int, repeats: int, workers: int) -> di
     if variant == "untiled":
         g, b = _inputs(size)
         times = _timed(lambda: grad(g, b, LAM), repeats)
-    elif variant == "dask":
+    elif variant in ("dask-store", "dask-compute"):
         g, b = _inputs(size)
         gd, bd = da.from_array(g, chunks=chunk), da.from_array(b, chunks=chunk)
         dg = pdask.map_kernel(grad, gd, bd, LAM)
-        times = _timed(lambda: dg.compute(scheduler="threads", num_workers=workers), repeats)
+
+        def store():
+            da.store(dg, np.empty_like(g), lock=False, scheduler="threads", num_workers=workers)
+
+        times = _timed(store if variant == "dask-store" else
+                       lambda: dg.compute(scheduler="threads", num_workers=workers), repeats)
     elif variant == "dask-lazy":
         rs = da.random.default_rng(0)
         gd = rs.random((size, size), dtype=np.float32, chunks=chunk)
@@ -100,7 +107,6 @@ def child(variant: str, size: int, chunk: int, repeats: int, workers: int) -> di
         times = _timed(lambda: norm.compute(scheduler="threads", num_workers=workers), repeats)
     else:
         raise ValueError(variant)
-    del dask
     return {"variant": variant, "times": times, "peak_rss": _peak_rss_bytes(),
             "base_rss": base_rss}
 
@@ -129,7 +135,7 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--workers", type=int, default=os.cpu_count(),
                     help="dask threads (each tile runs 1 OpenMP thread)")
-    ap.add_argument("--variants", nargs="+", default=["untiled", "dask", "dask-lazy"])
+    ap.add_argument("--variants", nargs="+", default=["untiled", "dask-store", "dask-compute", "dask-lazy"])
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -158,13 +164,13 @@ def main(argv=None) -> None:
         rows.append(json.loads(out.stdout.strip().splitlines()[-1]))
     base = statistics.median(next(r for r in rows if r["variant"] == "untiled")["times"]) \
         if any(r["variant"] == "untiled" for r in rows) else None
-    print(f"| {'variant':10} | {'median s':>8} | {'vs untiled':>10} | {'peak RSS GiB':>12} | "
+    print(f"| {'variant':12} | {'median s':>8} | {'vs untiled':>10} | {'peak RSS GiB':>12} | "
           f"{'RSS after imports GiB':>21} |")
-    print(f"|{'-' * 12}|{'-' * 10}:|{'-' * 11}:|{'-' * 13}:|{'-' * 22}:|")
+    print(f"|{'-' * 14}|{'-' * 10}:|{'-' * 11}:|{'-' * 13}:|{'-' * 22}:|")
     for r in rows:
         med = statistics.median(r["times"])
         ratio = f"{med / base:.2f}x" if base else "n/a"
-        print(f"| {r['variant']:10} | {med:8.3f} | {ratio:>10} | {r['peak_rss'] / 2**30:12.2f} | "
+        print(f"| {r['variant']:12} | {med:8.3f} | {ratio:>10} | {r['peak_rss'] / 2**30:12.2f} | "
               f"{r['base_rss'] / 2**30:21.2f} |")
 
 

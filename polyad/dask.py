@@ -45,12 +45,15 @@ worker thread).
 from __future__ import annotations
 
 import dataclasses
+import itertools
+import operator
 import threading
 from typing import Optional
 
-import dask
 import dask.array as da
 import numpy as np
+from dask.base import tokenize
+from dask.highlevelgraph import HighLevelGraph
 
 from . import ir
 from .api import Kernel
@@ -313,22 +316,44 @@ def _cuts(chunks) -> list[tuple[int, int]]:
     return [(int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:])]
 
 
-def _window(x: da.Array, dims_ranges: dict, sizes_along: dict) -> da.Array:
-    """``x`` restricted to ``[lo, hi)`` along each dimension in ``dims_ranges`` (wrapping
-    around the ends for ranges that leave ``[0, size)``)."""
-    for d, (lo, hi) in dims_ranges.items():
-        size = sizes_along[d]
-        pieces = []
-        start = lo
-        while start < hi:
-            base = start % size
-            stop = min(hi - start, size - base) + base
-            idx = [slice(None)] * x.ndim
-            idx[d] = slice(base, stop)
-            pieces.append(x[tuple(idx)])
-            start += stop - base
-        x = pieces[0] if len(pieces) == 1 else da.concatenate(pieces, axis=d)
-    return x
+def _pieces(lo: int, hi: int, cuts: list) -> list[tuple[int, slice]]:
+    """``[lo, hi)`` of a dimension cut at ``cuts`` as (chunk, slice in the chunk) pieces,
+    in order; a range that leaves ``[0, size)`` wraps around the ends."""
+    size = cuts[-1][1]
+    out = []
+    start = lo
+    while start < hi:
+        base = start % size
+        stop = min(hi - start + base, size)
+        for c, (a, b) in enumerate(cuts):
+            if a < stop and b > base:
+                out.append((c, slice(max(a, base) - a, min(b, stop) - a)))
+        start += stop - base
+    return out
+
+
+def _assemble(blocks: list, slices: list, grid: tuple) -> np.ndarray:
+    """One C-contiguous window from the pieces of neighbouring chunks (row-major ``grid``)."""
+    parts = [b[s] for b, s in zip(blocks, slices)]
+    if len(parts) == 1:
+        return np.ascontiguousarray(parts[0])
+    shape = []
+    for d, n in enumerate(grid):
+        stride = int(np.prod(grid[d + 1:]))
+        shape.append(sum(parts[k * stride].shape[d] for k in range(n)))
+    out = np.empty(shape, parts[0].dtype)
+    starts = [np.concatenate([[0], np.cumsum([parts[k * int(np.prod(grid[d + 1:]))].shape[d]
+                                              for k in range(n)])]) for d, n in enumerate(grid)]
+    for flat, part in enumerate(parts):
+        pos = np.unravel_index(flat, grid)
+        out[tuple(slice(starts[d][i], starts[d][i] + part.shape[d])
+                  for d, i in enumerate(pos))] = part
+    return out
+
+
+def _partial(result: tuple, i: int) -> np.ndarray:
+    """Output ``i`` of a tile as one block of the stack of per-tile partial sums."""
+    return np.asarray(result[i])[np.newaxis]
 
 
 class _TileProgram:
@@ -381,17 +406,27 @@ class _TileProgram:
 
 
 def _build(plan: _Plan, omp_threads: Optional[int]) -> dict:
-    """name -> dask array for each output (and the result), from one task per tile."""
+    """name -> dask array for each output (and the result), from one task per tile.
+
+    The graph is written out directly: each tile's window task takes the
+    pieces it needs from the input chunks' own keys, so an input chunk is
+    computed once however many windows share it.
+    """
     k = plan.kernel
     program = _TileProgram(plan, omp_threads)
+    token = tokenize(k, plan.scalars, plan.axes, plan.chunks, plan.halo, omp_threads,
+                     *plan.arrays.values())
+    win_name, tile_name = f"polyad-window-{token}", f"{k.name}-tile-{token}"
+    out_names = {n: f"{k.name}-{n}-{token}" for n in plan.tiled_outputs + plan.summed_outputs}
     cuts = {a: _cuts(plan.chunks[a]) for a in plan.axes}
     grid = [len(cuts[a]) for a in plan.axes]
+    ntiles = int(np.prod(grid))
     out_types = {p.name: p.type for p in k.params if p.is_array}
     if k.result is not None:
         out_types[k.result[0]] = ir.ArrayType(k.result[1], ())
-    blocks = {n: np.empty(grid, dtype=object) for n in plan.tiled_outputs}
-    partials = {n: [] for n in plan.summed_outputs}
-    for tile in np.ndindex(*grid):
+    windows, tiles = {}, {}
+    outputs = {n: {} for n in out_names}
+    for flat, tile in enumerate(np.ndindex(*grid)):
         ranges, owned, limits = {}, {}, {}
         for a, t in zip(plan.axes, tile):
             lo, hi = cuts[a][t]
@@ -401,57 +436,64 @@ def _build(plan: _Plan, omp_threads: Optional[int]) -> dict:
             ranges[a] = (w_lo, w_hi)
             owned[a] = (lo - w_lo, hi - w_lo)
             # Along a wrapping size, the window's ends repeat the far tiles' positions.
-            first, last = t == 0 and not plan.periodic[a], t == len(cuts[a]) - 1 and \
-                not plan.periodic[a]
+            first = t == 0 and not plan.periodic[a]
+            last = t == len(cuts[a]) - 1 and not plan.periodic[a]
             limits[a] = (-_FAR if first else owned[a][0], _FAR if last else owned[a][1])
-        windows = []
-        for name, x in plan.arrays.items():
+        window_keys = []
+        for j, (name, x) in enumerate(plan.arrays.items()):
             at = k.param(name).type
-            dims = {d: ranges[a] for a in plan.axes for d in _axis_dims(at, a)}
-            windows.append(_window(x, dims, {d: x.shape[d] for d in dims}))
-        task = dask.delayed(program, pure=True)(owned, limits if plan.limits else {},
-                                                *windows)
-        results = iter(task[i] for i in range(len(plan.tiled_outputs) +
-                                              len(plan.summed_outputs)))
-        for n in plan.tiled_outputs:
-            at = out_types[n]
-            shape = []
-            for d, e in enumerate(at.shape):
+            per_dim = []
+            for d in range(x.ndim):
                 a = next((a for a in plan.axes if d in _axis_dims(at, a)), None)
-                shape.append(owned[a][1] - owned[a][0] if a else
-                             ir.eval_integer(e, plan.sizes))
-            blocks[n][tile] = da.from_delayed(next(results), tuple(shape), at.dtype.np)
-        for n in plan.summed_outputs:
+                per_dim.append(_pieces(*ranges[a], cuts[a]) if a else
+                               [(0, slice(None))])
+            combos = list(itertools.product(*per_dim))
+            key = (win_name, j, *tile)
+            windows[key] = (_assemble, [(x.name, *(c for c, _ in combo)) for combo in combos],
+                            [tuple(sl for _, sl in combo) for combo in combos],
+                            tuple(len(p) for p in per_dim))
+            window_keys.append(key)
+        tile_key = (tile_name, *tile)
+        tiles[tile_key] = (program, owned, limits if plan.limits else {}, *window_keys)
+        for i, n in enumerate(plan.tiled_outputs):
             at = out_types[n]
-            shape = tuple(ir.eval_integer(e, plan.sizes) for e in at.shape)
-            partials[n].append(da.from_delayed(next(results), shape, at.dtype.np))
+            block = tuple(tile[plan.axes.index(a)] if a else 0 for a in _dim_axes(at, plan.axes))
+            outputs[n][(out_names[n], *block)] = (operator.getitem, tile_key, i)
+        for i, n in enumerate(plan.summed_outputs, start=len(plan.tiled_outputs)):
+            ndim = out_types[n].ndim
+            outputs[n][(out_names[n], flat, *(0,) * ndim)] = (_partial, tile_key, i)
+    layers = {}
+    deps = {}
+    for x in plan.arrays.values():
+        layers.update(x.dask.layers)
+        deps.update(x.dask.dependencies)
+    layers[win_name] = windows
+    deps[win_name] = {x.name for x in plan.arrays.values()}
+    layers[tile_name] = tiles
+    deps[tile_name] = {win_name}
+    for n, tasks in outputs.items():
+        layers[out_names[n]] = tasks
+        deps[out_names[n]] = {tile_name}
+    graph = HighLevelGraph(layers, deps)
     out = {}
     for n in plan.tiled_outputs:
         at = out_types[n]
-        order = [next(a for a in plan.axes if d in _axis_dims(at, a))
-                 if any(d in _axis_dims(at, a) for a in plan.axes) else None
-                 for d in range(at.ndim)]
-        out[n] = da.block(_nest(blocks[n], plan.axes, order))
+        chunks = tuple(plan.chunks[a] if a else (ir.eval_integer(e, plan.sizes),)
+                       for a, e in zip(_dim_axes(at, plan.axes), at.shape))
+        out[n] = da.Array(graph, out_names[n], chunks, dtype=at.dtype.np,
+                          meta=np.empty((0,) * at.ndim, at.dtype.np))
     for n in plan.summed_outputs:
-        out[n] = da.stack(partials[n]).sum(axis=0)
+        at = out_types[n]
+        shape = tuple(ir.eval_integer(e, plan.sizes) for e in at.shape)
+        stack = da.Array(graph, out_names[n], ((1,) * ntiles, *((s,) for s in shape)),
+                         dtype=at.dtype.np, meta=np.empty((0,) * (at.ndim + 1), at.dtype.np))
+        out[n] = stack.sum(axis=0)
     return out
 
 
-def _nest(blocks: np.ndarray, axes, order):
-    """Nested lists for ``da.block`` in the output's dimension order (``order[d]``: the
-    tiled size of dimension ``d``, None for an uncut dimension)."""
-    if not any(order):
-        return blocks[(0,) * blocks.ndim]
-
-    def rec(d, index):
-        if d == len(order):
-            return blocks[tuple(index[a] for a in axes)]
-        a = order[d]
-        if a is None:
-            return [rec(d + 1, index)]
-        return [rec(d + 1, {**index, a: t}) for t in range(blocks.shape[axes.index(a)])]
-
-    return rec(0, {})
+def _dim_axes(at: ir.ArrayType, axes) -> list:
+    """The tiled size of each dimension of ``at`` (None for a dimension that is not cut)."""
+    return [next((a for a in axes if d in _axis_dims(at, a)), None) for d in range(at.ndim)]
 
 
 def _package(kernel: Kernel, raw: dict):
