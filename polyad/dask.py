@@ -57,7 +57,7 @@ from dask.highlevelgraph import HighLevelGraph
 
 from . import ir
 from .api import Kernel
-from .errors import TilingError
+from .errors import ArgumentError, DTypeError, TilingError
 from .ir import Cast, Condition, Const, Load, LoopVar, ScalarRef, SizeVar
 from .poly import loop_position_vars, tile_footprint
 from .runtime.threads import num_threads
@@ -84,6 +84,9 @@ def map_kernel(kernel, *args, omp_threads: Optional[int] = 1, **kwargs):
     if not isinstance(kernel, Kernel):
         raise TypeError(f"map_kernel() runs a @pa.kernel (or pa.grad(...) of one), "
                         f"got {kernel!r}")
+    if omp_threads is not None and (not isinstance(omp_threads, int) or omp_threads < 1):
+        raise ArgumentError(f"map_kernel(): omp_threads must be a positive integer or None, "
+                          f"got {omp_threads!r}")
     plan = _plan(kernel.ir, args, kwargs)
     raw = _build(plan, omp_threads)
     return _package(kernel, raw)
@@ -126,10 +129,10 @@ def _plan(k: ir.Kernel, args, kwargs) -> _Plan:
         v = bound[p.name]
         if p.is_array:
             if not isinstance(v, (da.Array, np.ndarray)):
-                raise TilingError(f"map_kernel({k.name}): argument {p.name!r} must be a dask "
+                raise DTypeError(f"map_kernel({k.name}): argument {p.name!r} must be a dask "
                                   f"or numpy array, got {type(v).__name__}")
             if v.dtype != p.type.dtype.np:
-                raise TilingError(f"map_kernel({k.name}): argument {p.name!r} has dtype "
+                raise DTypeError(f"map_kernel({k.name}): argument {p.name!r} has dtype "
                                   f"{v.dtype}, expected {p.type.dtype.np_name}")
             arrays[p.name] = v
         else:
@@ -385,7 +388,7 @@ class _TileProgram:
             return k
 
     def __call__(self, owned: dict, limits: dict, *windows):
-        args = {n: np.ascontiguousarray(w) for n, w in zip(self.array_names, windows)}
+        args = dict(zip(self.array_names, windows))
         args.update(self.scalars)
         for a, (lo, hi) in limits.items():
             args[self.limits[a][0]], args[self.limits[a][1]] = lo, hi
@@ -408,15 +411,15 @@ class _TileProgram:
 def _build(plan: _Plan, omp_threads: Optional[int]) -> dict:
     """name -> dask array for each output (and the result), from one task per tile.
 
-    The graph is written out directly: each tile's window task takes the
-    pieces it needs from the input chunks' own keys, so an input chunk is
-    computed once however many windows share it.
+    The graph is written out directly: each tile's task takes the pieces of
+    its windows from the input chunks' own keys, so an input chunk is computed
+    once however many windows share it.
     """
     k = plan.kernel
     program = _TileProgram(plan, omp_threads)
     token = tokenize(k, plan.scalars, plan.axes, plan.chunks, plan.halo, omp_threads,
                      *plan.arrays.values())
-    win_name, tile_name = f"polyad-window-{token}", f"{k.name}-tile-{token}"
+    tile_name = f"{k.name}-tile-{token}"
     out_names = {n: f"{k.name}-{n}-{token}" for n in plan.tiled_outputs + plan.summed_outputs}
     cuts = {a: _cuts(plan.chunks[a]) for a in plan.axes}
     grid = [len(cuts[a]) for a in plan.axes]
@@ -424,7 +427,7 @@ def _build(plan: _Plan, omp_threads: Optional[int]) -> dict:
     out_types = {p.name: p.type for p in k.params if p.is_array}
     if k.result is not None:
         out_types[k.result[0]] = ir.ArrayType(k.result[1], ())
-    windows, tiles = {}, {}
+    tiles = {}
     outputs = {n: {} for n in out_names}
     for flat, tile in enumerate(np.ndindex(*grid)):
         ranges, owned, limits = {}, {}, {}
@@ -439,8 +442,10 @@ def _build(plan: _Plan, omp_threads: Optional[int]) -> dict:
             first = t == 0 and not plan.periodic[a]
             last = t == len(cuts[a]) - 1 and not plan.periodic[a]
             limits[a] = (-_FAR if first else owned[a][0], _FAR if last else owned[a][1])
-        window_keys = []
-        for j, (name, x) in enumerate(plan.arrays.items()):
+        # Each window is assembled inside its tile's task (a nested task): a window
+        # exists only while its tile runs, never all of them at once.
+        windows = []
+        for name, x in plan.arrays.items():
             at = k.param(name).type
             per_dim = []
             for d in range(x.ndim):
@@ -448,13 +453,11 @@ def _build(plan: _Plan, omp_threads: Optional[int]) -> dict:
                 per_dim.append(_pieces(*ranges[a], cuts[a]) if a else
                                [(0, slice(None))])
             combos = list(itertools.product(*per_dim))
-            key = (win_name, j, *tile)
-            windows[key] = (_assemble, [(x.name, *(c for c, _ in combo)) for combo in combos],
+            windows.append((_assemble, [(x.name, *(c for c, _ in combo)) for combo in combos],
                             [tuple(sl for _, sl in combo) for combo in combos],
-                            tuple(len(p) for p in per_dim))
-            window_keys.append(key)
+                            tuple(len(p) for p in per_dim)))
         tile_key = (tile_name, *tile)
-        tiles[tile_key] = (program, owned, limits if plan.limits else {}, *window_keys)
+        tiles[tile_key] = (program, owned, limits if plan.limits else {}, *windows)
         for i, n in enumerate(plan.tiled_outputs):
             at = out_types[n]
             block = tuple(tile[plan.axes.index(a)] if a else 0 for a in _dim_axes(at, plan.axes))
@@ -467,10 +470,8 @@ def _build(plan: _Plan, omp_threads: Optional[int]) -> dict:
     for x in plan.arrays.values():
         layers.update(x.dask.layers)
         deps.update(x.dask.dependencies)
-    layers[win_name] = windows
-    deps[win_name] = {x.name for x in plan.arrays.values()}
     layers[tile_name] = tiles
-    deps[tile_name] = {win_name}
+    deps[tile_name] = {x.name for x in plan.arrays.values()}
     for n, tasks in outputs.items():
         layers[out_names[n]] = tasks
         deps[out_names[n]] = {tile_name}

@@ -227,6 +227,29 @@ def center(x: pa.f64[N], y: pa.Out(pa.f64[N])):
         y[n] = x[n] - mean / N
 
 
+@pa.kernel
+def mixed_modes(x: pa.f64[N].circular, z: pa.f64[N].clamped, y: pa.Out(pa.f64[N])):
+    for n in range(N):
+        y[n] = x[n - 1] + z[n + 1]
+
+
+def test_circular_and_clamped_along_one_cut_size_is_refused(rng):
+    x = rng.standard_normal(10)
+    with pytest.raises(pa.TilingError, match="along N some arrays are circular and others are "
+                                             "clamped"):
+        pdask.map_kernel(mixed_modes, chunked(x, 4), x)
+
+
+def test_bad_arguments(rng):
+    x = rng.standard_normal(SHAPE_2D)
+    with pytest.raises(pa.DTypeError, match="'g' has dtype float32"):
+        pdask.map_kernel(tv_cost, chunked(x.astype(np.float32), 8), x, 0.1)
+    with pytest.raises(pa.ArgumentError, match="omp_threads"):
+        pdask.map_kernel(tv_cost, chunked(x, 8), x, 0.1, omp_threads=0)
+    with pytest.raises(pa.TilingError, match="leave out the output 'd_g'"):
+        pdask.map_kernel(pa.grad(tv_cost, wrt="g"), chunked(x, 8), x, 0.1, x.copy())
+
+
 def test_prefix_sum_along_a_cut_dimension_is_refused(rng):
     x = rng.standard_normal(10)
     with pytest.raises(pa.TilingError, match=r"cannot tile along N: y \(line \d+\) reads 'x' "
