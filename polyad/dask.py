@@ -335,18 +335,29 @@ def _pieces(lo: int, hi: int, cuts: list) -> list[tuple[int, slice]]:
     return out
 
 
-def _assemble(blocks: list, slices: list, grid: tuple) -> np.ndarray:
-    """One C-contiguous window from the pieces of neighbouring chunks (row-major ``grid``)."""
+_window_buffers = threading.local()
+
+
+def _assemble(slot: int, blocks: list, slices: list, grid: tuple) -> np.ndarray:
+    """One C-contiguous window from the pieces of neighbouring chunks (row-major ``grid``).
+
+    The window goes into this thread's buffer for argument ``slot``, reused from
+    tile to tile: a fresh array for every window would cost a page fault per
+    page, as much as the kernel's own work on a memory-bound stencil.
+    """
     parts = [b[s] for b, s in zip(blocks, slices)]
     if len(parts) == 1:
         return np.ascontiguousarray(parts[0])
-    shape = []
-    for d, n in enumerate(grid):
-        stride = int(np.prod(grid[d + 1:]))
-        shape.append(sum(parts[k * stride].shape[d] for k in range(n)))
-    out = np.empty(shape, parts[0].dtype)
-    starts = [np.concatenate([[0], np.cumsum([parts[k * int(np.prod(grid[d + 1:]))].shape[d]
+    strides = [int(np.prod(grid[d + 1:])) for d in range(len(grid))]
+    starts = [np.concatenate([[0], np.cumsum([parts[k * strides[d]].shape[d]
                                               for k in range(n)])]) for d, n in enumerate(grid)]
+    shape = tuple(int(st[-1]) for st in starts)
+    pool = getattr(_window_buffers, "pool", None)
+    if pool is None:
+        pool = _window_buffers.pool = {}
+    out = pool.get(slot)
+    if out is None or out.shape != shape or out.dtype != parts[0].dtype:
+        out = pool[slot] = np.empty(shape, parts[0].dtype)
     for flat, part in enumerate(parts):
         pos = np.unravel_index(flat, grid)
         out[tuple(slice(starts[d][i], starts[d][i] + part.shape[d])
@@ -445,7 +456,7 @@ def _build(plan: _Plan, omp_threads: Optional[int]) -> dict:
         # Each window is assembled inside its tile's task (a nested task): a window
         # exists only while its tile runs, never all of them at once.
         windows = []
-        for name, x in plan.arrays.items():
+        for slot, (name, x) in enumerate(plan.arrays.items()):
             at = k.param(name).type
             per_dim = []
             for d in range(x.ndim):
@@ -453,7 +464,7 @@ def _build(plan: _Plan, omp_threads: Optional[int]) -> dict:
                 per_dim.append(_pieces(*ranges[a], cuts[a]) if a else
                                [(0, slice(None))])
             combos = list(itertools.product(*per_dim))
-            windows.append((_assemble, [(x.name, *(c for c, _ in combo)) for combo in combos],
+            windows.append((_assemble, slot, [(x.name, *(c for c, _ in combo)) for combo in combos],
                             [tuple(sl for _, sl in combo) for combo in combos],
                             tuple(len(p) for p in per_dim)))
         tile_key = (tile_name, *tile)
