@@ -4,7 +4,8 @@ Each variant runs in its own child process, so its peak resident memory
 (``resource.getrusage(RUSAGE_SELF).ru_maxrss``) is its own:
 
 * ``untiled``      numpy inputs, one call of the compiled gradient (OpenMP, all cores).
-* ``dask-store``   the same numpy inputs cut into chunks, ``polyad.dask.map_kernel``,
+* ``dask-store``   the same inputs cut into chunks (``da.from_array`` copies them into
+                   its graph; the numpy originals are then dropped), ``map_kernel``,
                    ``dask.array.store`` into a fresh numpy array (the same work and
                    result as ``untiled``).
 * ``dask-compute`` the same, but ``.compute()``: dask gathers the result blocks and
@@ -92,10 +93,12 @@ def child(variant: str, size: int, chunk: int, repeats: int, workers: int) -> di
     elif variant in ("dask-store", "dask-compute"):
         g, b = _inputs(size)
         gd, bd = da.from_array(g, chunks=chunk), da.from_array(b, chunks=chunk)
+        del g, b  # dask's graph holds copies of the chunks (from_array copies numpy inputs)
         dg = pdask.map_kernel(grad, gd, bd, LAM)
 
         def store():
-            da.store(dg, np.empty_like(g), lock=False, scheduler="threads", num_workers=workers)
+            out = np.empty((size, size), np.float32)
+            da.store(dg, out, lock=False, scheduler="threads", num_workers=workers)
 
         times = _timed(store if variant == "dask-store" else
                        lambda: dg.compute(scheduler="threads", num_workers=workers), repeats)
@@ -135,7 +138,8 @@ def main(argv=None) -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--workers", type=int, default=os.cpu_count(),
                     help="dask threads (each tile runs 1 OpenMP thread)")
-    ap.add_argument("--variants", nargs="+", default=["untiled", "dask-store", "dask-compute", "dask-lazy"])
+    ap.add_argument("--variants", nargs="+",
+                    default=["untiled", "dask-store", "dask-compute", "dask-lazy"])
     ap.add_argument("--child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -153,7 +157,8 @@ def main(argv=None) -> None:
     print(f"TV gradient, {size}x{size} float32 ({size * size * 4 / 2**30:.2f} GiB per array), "
           f"chunks {args.chunk}x{args.chunk}, {args.workers} dask threads x 1 OpenMP thread "
           f"(untiled: {os.cpu_count()} OpenMP threads), median of {args.repeats}, "
-          f"{available / 2**30:.1f} GiB available")
+          f"{available / 2**30:.1f} GiB available, load average "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     rows = []
     for variant in args.variants:
         cmd = [sys.executable, __file__, "--child", variant, "--size", str(size), "--chunk",
