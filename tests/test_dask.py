@@ -278,6 +278,31 @@ def test_global_mean_used_elementwise_is_refused(rng):
         pdask.map_kernel(center, chunked(x, 4))
 
 
+def test_tile_footprint_from_the_access_relations():
+    """The halo polyad.poly derives: reads one cell away; the TV adjoint writes one cell
+    away through the clamped mode (plus a guard of 2 for that fold at a cut); a filter of
+    width K reaches K - 2 cells to the right; a prefix sum reaches arbitrarily far."""
+    from polyad.ir import LoopVar
+    from polyad.poly import tile_footprint
+    axes = ["M", "N"]
+    sums = {"S1": {"M": LoopVar("m"), "N": LoopVar("n")},
+            "S2": {"M": LoopVar("m"), "N": LoopVar("n")},
+            "S3": {"M": LoopVar("m"), "N": LoopVar("n")}}
+    reach = tile_footprint(tv_cost.ir, axes, sums, {}, reductions=frozenset({"C"}))
+    assert (reach["M"].halo, reach["N"].halo) == (1, 1)
+    grad = pa.grad(tv_cost, wrt="g").ir
+    writes = {st.name: dict(zip(axes, st.target.index)) for st in grad.statements
+              if st.target_name == "d_g"}
+    reach = tile_footprint(grad, axes, writes, {})
+    assert (reach["M"].halo, reach["N"].halo) == (1 + 2, 1 + 2)
+    y = next(st for st in blur.ir.statements if st.target_name == "y")
+    reach = tile_footprint(blur.ir, axes, {y.name: dict(zip(axes, y.target.index))}, {"K": 6})
+    assert (reach["M"].halo, reach["N"].halo) == (1, 4)
+    y = next(st for st in cumsum.ir.statements if st.target_name == "y")
+    reach = tile_footprint(cumsum.ir, ["N"], {y.name: {"N": y.target.index[0]}}, {})
+    assert reach["N"].halo is None and "grow with N" in reach["N"].why
+
+
 # ---------------------------------------------------------------------------
 # threads and imports
 # ---------------------------------------------------------------------------
