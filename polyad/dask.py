@@ -130,10 +130,10 @@ def _plan(k: ir.Kernel, args, kwargs) -> _Plan:
         if p.is_array:
             if not isinstance(v, (da.Array, np.ndarray)):
                 raise DTypeError(f"map_kernel({k.name}): argument {p.name!r} must be a dask "
-                                  f"or numpy array, got {type(v).__name__}")
+                                 f"or numpy array, got {type(v).__name__}")
             if v.dtype != p.type.dtype.np:
                 raise DTypeError(f"map_kernel({k.name}): argument {p.name!r} has dtype "
-                                  f"{v.dtype}, expected {p.type.dtype.np_name}")
+                                 f"{v.dtype}, expected {p.type.dtype.np_name}")
             arrays[p.name] = v
         else:
             scalars[p.name] = v
