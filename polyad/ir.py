@@ -336,8 +336,24 @@ class Condition:
 
 
 @dataclass(frozen=True)
+class Split:
+    """One step of a statement's lineage: it is piece ``index`` of statement ``parent``,
+    cut by the ``kind`` pass (``boundary``: a boundary-mode piece; ``gather``: a piece of a
+    scatter rewritten as a gather)."""
+
+    parent: str
+    kind: str
+    index: int
+
+
+@dataclass(frozen=True)
 class Statement:
-    """One assignment ``target op= expr`` executed for every point of its domain."""
+    """One assignment ``target op= expr`` executed for every point of its domain.
+
+    ``origin`` is the statement's lineage when a pass split it from a statement of the
+    kernel it was given: the splits from that statement down to this piece, outermost
+    first (empty for a statement that was not split).
+    """
 
     name: str
     loops: tuple[Loop, ...]
@@ -349,6 +365,21 @@ class Statement:
     expr: Expr
     line: int = 0
     source: str = ""
+    origin: tuple[Split, ...] = ()
+
+    @property
+    def owner(self) -> str:
+        """The name of the statement this one was split from (its own name if never split)."""
+        return self.origin[0].parent if self.origin else self.name
+
+    def piece_of(self, name: str) -> bool:
+        """Is this statement ``name`` itself or a piece split from statement ``name``?"""
+        return self.name == name or any(s.parent == name for s in self.origin)
+
+    def split(self, kind: str, index: int, name: str) -> "Statement":
+        """Piece ``index`` of this statement cut by the ``kind`` pass, named ``name``."""
+        return dataclasses.replace(self, name=name,
+                                   origin=self.origin + (Split(self.name, kind, index),))
 
     @property
     def loop_vars(self) -> tuple[str, ...]:
@@ -424,13 +455,30 @@ class Param:
         return isinstance(self.type, ArrayType)
 
 
+TEMP_ROLES = ("user", "primal", "tape", "adjoint", "expansion")
+
+
 @dataclass(frozen=True)
 class Temp:
-    """A temporary array created inside the kernel by ``pa.zeros`` / ``pa.empty``."""
+    """A temporary array of the kernel; ``zero``: zero-filled before the first statement.
+
+    ``role`` says what made it: ``user`` (``pa.zeros`` / ``pa.empty`` in the DSL),
+    ``primal`` (a derived kernel's copy of a primal output or in-out array), ``tape``
+    (values reverse mode stores for the adjoint), ``adjoint`` (the adjoint of an array)
+    or ``expansion`` (a scalar local expanded to an array by loop distribution).
+    ``holds`` describes its content in DSL terms where the name does not (a tape: the
+    value taped and the statement that reads it).
+    """
 
     name: str
     type: ArrayType
     zero: bool
+    role: str = "user"
+    holds: str = ""
+
+    def __post_init__(self):
+        if self.role not in TEMP_ROLES:
+            raise ValueError(f"temporary {self.name!r}: unknown role {self.role!r}")
 
 
 # device functions: a tiny structured language over scalars

@@ -269,9 +269,9 @@ def split_boundary_pieces(kernel: ir.Kernel, model: Optional[PolyModel] = None) 
             piece = _resolve_piece(st, choice)
             if piece is None:
                 continue
-            name = st.name if len(pieces) == 1 else f"{st.name}_{k}"
-            new_statements.append(dataclasses.replace(
-                piece, name=name, conditions=st.conditions + conds))
+            if len(pieces) > 1:
+                piece = piece.split("boundary", k, f"{st.name}_{k}")
+            new_statements.append(dataclasses.replace(piece, conditions=st.conditions + conds))
     return dataclasses.replace(kernel, statements=tuple(new_statements))
 
 

@@ -25,12 +25,11 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Optional
+from typing import Any
 
 import islpy as isl
 
 from . import ir
-from .ad import tape_arrays
 from .emit.cexpr import ast_expr_c
 from .ir import Binary, Const, Load, ScalarRef
 from .pipeline import Artifact, Options, artifact_of
@@ -77,7 +76,6 @@ def report(kernel, target: str = "openmp", deterministic: bool = False) -> dict:
 def artifact_report(art: Artifact) -> dict:
     """The report (see ``report``) of one compilation's artifact."""
     k = art.kernel
-    tapes = {t.name for t in tape_arrays(k)}
     sk = art.scheduled
     outline = _Outline(art.plan)
     outline.walk(sk.ast, 0, {})
@@ -104,7 +102,7 @@ def artifact_report(art: Artifact) -> dict:
         "schedule_tree": _schedule_tree(sk.schedule.get_root()),
         "loops": outline.loops,
         "ast": outline.lines,
-        "temporaries": [_temp(t, tapes) for t in k.temps],
+        "temporaries": [_temp(t) for t in k.temps],
         "source": art.source,
     }
 
@@ -119,13 +117,14 @@ def _param(p: ir.Param) -> dict:
             "type": repr(p.type), "intent": p.intent}
 
 
-def _temp(t: ir.Temp, tapes: set) -> dict:
+def _temp(t: ir.Temp) -> dict:
     elements: ir.Expr = Const(1, ir.i64)
     size: ir.Expr = Const(t.type.dtype.bits // 8, ir.i64)
     for ext in t.type.shape:
         elements = Binary("*", elements, ext, ir.i64)
         size = Binary("*", size, ext, ir.i64)
-    return {"name": t.name, "type": repr(t.type), "zero_filled": t.zero, "tape": t.name in tapes,
+    return {"name": t.name, "type": repr(t.type), "zero_filled": t.zero,
+            "role": t.role, "tape": t.role == "tape",
             "elements": ir.expr_str(ir.fold_integer_constants(elements)),
             "bytes": ir.expr_str(ir.fold_integer_constants(size))}
 
@@ -143,15 +142,6 @@ def _access_list(st: ir.Statement) -> tuple[list[Load], list[Load]]:
     return reads, writes
 
 
-def _owner(piece: str, originals: list[str]) -> Optional[str]:
-    """The statement a piece (``S3_0``, ``S3_0_g1``) was split from: the longest name match."""
-    best = None
-    for name in originals:
-        if (piece == name or piece.startswith(name + "_")) and (best is None or len(name) > len(best)):
-            best = name
-    return best
-
-
 def _show(obj, model: PolyModel) -> str:
     """ISL text of a set or relation, without the constraints every size satisfies."""
     return str(obj.gist_params(model.context))
@@ -159,12 +149,10 @@ def _show(obj, model: PolyModel) -> str:
 
 def _statements(k: ir.Kernel, sk: ScheduledKernel) -> list[dict]:
     model = PolyModel(k)
-    names = [st.name for st in k.statements]
-    pieces: dict[str, list[ir.Statement]] = {n: [] for n in names}
+    pieces: dict[str, list[ir.Statement]] = {st.name: [] for st in k.statements}
     for piece in sk.kernel.statements:
-        owner = _owner(piece.name, names)
-        if owner is not None:
-            pieces[owner].append(piece)
+        if piece.owner in pieces:
+            pieces[piece.owner].append(piece)
     local_names = {n for n, _ in k.locals}
     out = []
     for st in k.statements:
@@ -187,7 +175,7 @@ def _statements(k: ir.Kernel, sk: ScheduledKernel) -> list[dict]:
             "scalar_writes": [t.name] if isinstance(t, ScalarRef) else [],
             "pieces": [_piece(sk, p) for p in pieces[st.name]],
             "scatter_to_gather": {n: why for n, why in sorted(sk.gather_decisions.items())
-                                  if _owner(n, names) == st.name},
+                                  if any(p.piece_of(n) for p in pieces[st.name])},
         })
     return out
 

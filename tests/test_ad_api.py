@@ -533,6 +533,27 @@ def test_overwritten_scalar_is_taped():
 
 
 @pa.kernel
+def user_tape_named(x: pa.f64[N]) -> pa.f64:
+    tape_x = pa.zeros(pa.f64[N])
+    for i in range(N):
+        tape_x[i] = x[i] * x[i]
+    s = 0.0
+    for i in range(N):
+        s += tape_x[i]
+    return s
+
+
+def test_temporaries_carry_their_role_not_a_name_convention():
+    """A user array named like a tape is no tape; the derived kernel's temporaries say
+    what made them."""
+    k = grad(user_tape_named, "x").ir
+    assert not ad.tape_arrays(k) and ad.tape_bytes(k, {"N": 10}) == 0
+    roles = {t.name: t.role for t in k.temps}
+    assert roles["tape_x"] == "user" and roles["d_tape_x"] == "adjoint"
+    assert {t.role for t in grad(prod_vec, "x").ir.temps} == {"tape"}
+
+
+@pa.kernel
 def outer_invariant(x: pa.f64[M], y: pa.f64[N]) -> pa.f64:
     a = 1.0
     C = 0.0

@@ -187,9 +187,10 @@ def test_derived_kernel_report_has_tapes_and_gathers():
     d = report(g)
     assert d["kernel"] == "prod_vec_grad_x"
     (tape,) = [t for t in d["temporaries"] if t["tape"]]
-    assert tape == {"name": tape["name"], "type": "f64[N]", "zero_filled": False, "tape": True,
-                    "elements": "N", "bytes": "8 * N"}
-    assert tape["name"].startswith("tape_")
+    assert tape == {"name": tape["name"], "type": "f64[N]", "zero_filled": False, "role": "tape",
+                    "tape": True, "elements": "N", "bytes": "8 * N"}
+    (taped,) = [t for t in g.ir.temps if t.name == tape["name"]]
+    assert taped.holds == "p read by: p = p * x[i]"
     assert "tape, uninitialised: N elements = 8 * N bytes" in explain(g)
     dg = report(pa.Kernel(ir_kernel=grad_kernel(tv_cost.ir, "g")))
     decisions = {n: why for st in dg["statements"] for n, why in st["scatter_to_gather"].items()}
@@ -200,7 +201,7 @@ def test_derived_kernel_report_has_tapes_and_gathers():
 def test_temporaries_and_requirements():
     d = report(shifted)
     assert d["temporaries"] == [{"name": "tmp", "type": "f64[M, N]", "zero_filled": True,
-                                 "tape": False, "elements": "M * N", "bytes": "8 * M * N"}]
+                                 "role": "user", "tape": False, "elements": "M * N", "bytes": "8 * M * N"}]
     assert d["requirements"] and "circular access" in d["requirements"][0]
     assert "checked at call time: the circular access" in explain(shifted)
 

@@ -22,6 +22,7 @@ described in ``polyad.ad.tape``.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from typing import Optional, Union
 
@@ -95,9 +96,9 @@ def rename_statement(st: Statement, mapping: dict) -> Statement:
                        rename_expr(lp.hi, mapping), lp.step) for lp in st.loops)
     conds = tuple(ir.Condition(rename_expr(c.expr, mapping), c.positive) for c in st.conditions)
     guard = None if st.guard is None else rename_expr(st.guard, mapping)
-    return ir.Statement(st.name, loops, st.position, conds, guard,
-                        rename_expr(st.target, mapping), st.op, rename_expr(st.expr, mapping),
-                        st.line, st.source)
+    return dataclasses.replace(st, loops=loops, conditions=conds, guard=guard,
+                               target=rename_expr(st.target, mapping),
+                               expr=rename_expr(st.expr, mapping))
 
 
 # --------------------------------------------------------------------------
@@ -256,9 +257,8 @@ class _Reverse:
                     Load(ren(p.name), ix, at.dtype), "=", Load(p.name, ix, at.dtype),
                     k.line, f"copy of in-out array {p.name}"))
         shift = len(copies)
-        stmts = [ir.Statement(st.name, st.loops, (st.position[0] + shift,) + st.position[1:],
-                              st.conditions, st.guard, st.target, st.op, st.expr, st.line,
-                              st.source) for st in stmts]
+        stmts = [dataclasses.replace(st, position=(st.position[0] + shift,) + st.position[1:])
+                 for st in stmts]
         self.stmts = copies + stmts
         self.root, self.leaves = build_tree(self.stmts)
 
@@ -273,13 +273,13 @@ class _Reverse:
                 if p.intent == "out":
                     self.arrays.pop(p.name)
                     self.arrays[ren(p.name)] = p.type
-                    self.temps.append(ir.Temp(ren(p.name), p.type, True))
+                    self.temps.append(ir.Temp(ren(p.name), p.type, True, "primal"))
                 elif p.intent == "inout":
                     self.arrays[ren(p.name)] = p.type
-                    self.temps.append(ir.Temp(ren(p.name), p.type, False))
+                    self.temps.append(ir.Temp(ren(p.name), p.type, False, "primal"))
         for t in k.temps:
             self.arrays[ren(t.name)] = t.type
-            self.temps.append(ir.Temp(ren(t.name), t.type, t.zero))
+            self.temps.append(dataclasses.replace(t, name=ren(t.name)))
         self.result = None if k.result is None else (ren(k.result[0]), k.result[1])
         self.funcs = FuncLibrary(k.funcs)
 
@@ -351,7 +351,8 @@ class _Reverse:
         for name in sorted(active - set(self.wrt)):
             if name in self.arrays:
                 self.adj[name] = self.names.fresh(f"d_{name}")
-                self.adj_temps.append(ir.Temp(self.adj[name], self.arrays[name], True))
+                self.adj_temps.append(ir.Temp(self.adj[name], self.arrays[name], True, "adjoint",
+                                              holds=f"the adjoint of {name}"))
             elif name in self.locals:
                 self.adj[name] = self.names.fresh(f"d_{name}")
                 self.adj_scalars[self.adj[name]] = self.locals[name]

@@ -320,14 +320,16 @@ class Resolver:
                 lo, hi = X.iadd(lo, X.imul(c, ah)), X.iadd(hi, X.imul(c, al))
         return lo, hi
 
-    def _new_tape(self, path: tuple, dtype: ir.DType, base: str) -> Expr:
+    def _new_tape(self, path: tuple, dtype: ir.DType, base: str, holds: str) -> Expr:
+        """A tape of ``dtype`` values stored at node ``path``: a scalar local, or an array
+        over the bounding box of the loops around it; ``holds``: its content, for reports."""
         box = self._bbox(path)
         name = self.names.fresh(f"{TAPE_PREFIX}{base}")
         if not box:
             self.tape_scalars.append((name, dtype))
             return ScalarRef(name, dtype)
         at = ir.ArrayType(dtype, tuple(ext for _, ext in box))
-        self.tape_arrays.append(ir.Temp(name, at, False))
+        self.tape_arrays.append(ir.Temp(name, at, False, "tape", holds))
         return Load(name, tuple(ix for ix, _ in box), dtype)
 
     # Tape stores run under the affine conditions of the point they tape, never under a
@@ -338,11 +340,11 @@ class Resolver:
     def tape_load(self, ld: Load, leaf: Leaf) -> Expr:
         key = ("load", ld, leaf.index)
         if key not in self.tapes:
-            ref = self._new_tape(leaf.path, ld.dtype, f"{leaf.stmt.name}_{ld.array}")
             st = leaf.stmt
+            holds = f"{ir.expr_str(ld)} read by: {st.source}"
+            ref = self._new_tape(leaf.path, ld.dtype, f"{st.name}_{ld.array}", holds)
             self.tape_before.setdefault(leaf.path, []).append(
-                Item(ref, "=", ld, st.conditions, None, st.line,
-                     f"tape: {ir.expr_str(ld)} read by: {st.source}"))
+                Item(ref, "=", ld, st.conditions, None, st.line, f"tape: {holds}"))
             self.tapes[key] = ref
         return self.tapes[key]
 
@@ -369,10 +371,10 @@ class Resolver:
                 continue
             self.tapes[key] = tref
             return tref
-        tref = self._new_tape(xpath, ref.dtype, f"{st.name}_{ref.name}")
+        holds = f"{ref.name} read by: {st.source}"
+        tref = self._new_tape(xpath, ref.dtype, f"{st.name}_{ref.name}", holds)
         self.tape_before.setdefault(xpath, []).append(
-            Item(tref, "=", ref, conds, None, st.line,
-                 f"tape: {ref.name} read by: {st.source}"))
+            Item(tref, "=", ref, conds, None, st.line, f"tape: {holds}"))
         self.tapes[key] = tref
         self.scalar_tapes[(ref.name, xpath, conds)] = tref
         return tref
@@ -391,8 +393,8 @@ def _eval_int(e: Expr, env) -> int:
 
 
 def tape_arrays(k: ir.Kernel) -> list[ir.Temp]:
-    """The tape arrays of a derived kernel (temporaries named ``tape_...``)."""
-    return [t for t in k.temps if t.name.startswith(TAPE_PREFIX)]
+    """The tape arrays of a derived kernel (its temporaries of role ``tape``)."""
+    return [t for t in k.temps if t.role == "tape"]
 
 
 def tape_report(k: ir.Kernel, sizes=None) -> list[dict]:
@@ -401,18 +403,13 @@ def tape_report(k: ir.Kernel, sizes=None) -> list[dict]:
     statement that reads it, as in the DSL) and ``bytes`` (None without ``sizes``)."""
     out = []
     for t in tape_arrays(k):
-        what = ""
-        for st in k.statements:
-            if isinstance(st.target, Load) and st.target.array == t.name:
-                what = st.source[len("tape: "):] if st.source.startswith("tape: ") else st.source
-                break
         nbytes = None
         if sizes is not None:
             n = 1
             for ext in t.type.shape:
                 n *= max(0, _eval_int(ext, sizes))
             nbytes = n * np.dtype(t.type.dtype.np_name).itemsize
-        out.append({"name": t.name, "type": repr(t.type), "what": what, "bytes": nbytes})
+        out.append({"name": t.name, "type": repr(t.type), "what": t.holds, "bytes": nbytes})
     return out
 
 

@@ -133,7 +133,8 @@ def _apply(kernel: ir.Kernel, pos: int, c: int, moved: set, expand: set, shape: 
             name = "_" + name
         taken.add(name)
         arrays[v] = name
-        temps.append(ir.Temp(name, ir.ArrayType(locals_[v], shape), zero=False))
+        temps.append(ir.Temp(name, ir.ArrayType(locals_[v], shape), zero=False, role="expansion",
+                             holds=f"the scalar {v} per iteration of the shared loops"))
     out = []
     for st in kernel.statements:
         if st.position and st.position[0] > pos:

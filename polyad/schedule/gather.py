@@ -243,8 +243,9 @@ def scatter_to_gather(kernel: ir.Kernel, model: PolyModel) -> tuple[ir.Kernel, d
             values = {lp.var: aff_to_expr(a, all_names, params)
                       for lp, a in zip(st.loops, affs)}
             cond = set_to_condition(piece_set, all_names, params)
+            piece = st if len(pieces) == 1 else st.split("gather", k, f"{st.name}_g{k}")
             out.append(dataclasses.replace(
-                st, name=st.name if len(pieces) == 1 else f"{st.name}_g{k}", loops=loops,
+                piece, loops=loops,
                 conditions=(Condition(cond),), target=new_target,
                 expr=ir.fold_integer_constants(ir.substitute(st.expr, values)),
                 guard=None if st.guard is None else ir.substitute(st.guard, values)))
