@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 
 import polyad as pa
+from polyad import ir
 from polyad.pipeline import Options, compile_kernel
+from polyad.schedule.merge import MergedUpdate, merge_updates
 from polyad.testing import interpret
 
 M, N, K = pa.sizes("M N K")
@@ -76,11 +78,17 @@ def sum_of_squares(x: pa.f64[M, N]) -> pa.f64:
     return s
 
 
+def _owner(sk, name):
+    """The kernel statement that statement ``name`` of the scheduling passes was split from."""
+    (owner,) = {st.owner for st in sk.kernel.statements if st.piece_of(name)}
+    return owner
+
+
 def _strategies(k):
     art = compile_kernel(k.ir, Options())
     sk = art.scheduled
-    # decisions are per boundary piece (S1_0, S1_1, ...): report the DSL statement
-    gathered = {name.split("_")[0] for name, d in sk.gather_decisions.items() if d == "gather"}
+    # decisions are per boundary piece: report the DSL statement each piece was split from
+    gathered = {_owner(sk, name) for name, d in sk.gather_decisions.items() if d == "gather"}
     threaded = [lp for lp in art.plan.loops.values() if lp.threads]
     atomic = set().union(*[lp.atomic for lp in threaded])
     privatized = set().union(*[set(lp.privatized) for lp in threaded])
@@ -113,7 +121,7 @@ def test_histogram_scatter_uses_atomics():
     sk, gathered, atomic, privatized, _ = _strategies(pair_histogram)
     assert not gathered
     assert "several iterations write the same element" in sk.gather_decisions["S1"]
-    assert {name.split("_")[0] for name in atomic} == {"S1", "S2"}
+    assert {_owner(sk, name) for name in atomic} == {"S1", "S2"}
     assert pair_histogram.source.count("#pragma omp atomic") == 2
 
 
@@ -121,7 +129,7 @@ def test_scatter_whose_target_is_read_stays_ordered():
     sk, gathered, atomic, _, _ = _strategies(read_after_scatter)
     assert not gathered
     assert any("is read in the loop nest" in d for name, d in sk.gather_decisions.items()
-               if name.startswith("S1"))
+               if _owner(sk, name) == "S1")
 
 
 def test_scalar_sum_uses_reduction_clause():
@@ -342,3 +350,50 @@ def test_updates_of_one_element_are_merged_into_one_statement():
     dy = np.random.default_rng(10).standard_normal((6, 7))
     _, want = interpret(stencil_adjoint.ir, dict(dy=dy), dict(M=6, N=7))
     np.testing.assert_allclose(stencil_adjoint(dy), want["dx"], rtol=1e-14)
+
+
+def test_pieces_record_their_lineage():
+    """Every scheduled piece names the kernel statement and the splits it came from."""
+    sk = compile_kernel(stencil_adjoint.ir, Options()).scheduled
+    names = {st.name for st in stencil_adjoint.ir.statements}
+    kinds = set()
+    for piece in sk.kernel.statements:
+        assert piece.owner in names
+        parents = [s.parent for s in piece.origin]
+        # each split cuts the piece the previous one made, starting at the kernel statement
+        assert parents[:1] in ([], [piece.owner])
+        for split, child in zip(piece.origin, parents[1:] + [piece.name]):
+            assert split.kind in ("boundary", "gather") and child != split.parent
+            kinds.add(split.kind)
+    assert "boundary" in kinds
+    # gather decisions are taken per boundary piece; each names pieces of the kernel's S1, S3
+    assert {_owner(sk, name) for name, d in sk.gather_decisions.items() if d == "gather"} \
+        == {"S1", "S3"}
+    assert all(name not in names for name in sk.gather_decisions)
+
+
+def test_update_merging_pass_states_its_legality():
+    """``schedule.merge``: consecutive updates of one element merge unless a guard, a read of
+    the target or an atomic update sits among them."""
+    x, y = ir.Load("x", (ir.LoopVar("i"),)), ir.Load("y", (ir.LoopVar("i"),))
+    a, b = ir.Load("a", (ir.LoopVar("i"),)), ir.Load("b", (ir.LoopVar("i"),))
+
+    def st(name, target, op, expr, guard=None):
+        return ir.Statement(name, (), (0,), (), guard, target, op, expr)
+
+    zero, add_a, sub_b = st("S0", x, "=", ir.Const(0.0)), st("S1", x, "+=", a), st("S2", x, "-=", b)
+    (m,) = merge_updates([zero, add_a, sub_b])
+    assert isinstance(m, MergedUpdate) and m.op == "=" and m.statements == (zero, add_a, sub_b)
+    assert [(t.sign, t.expr, t.statement) for t in m.terms] == [("+", a, add_a), ("-", b, sub_b)]
+    neg = st("S3", x, "+=", ir.Unary("neg", b))
+    (m,) = merge_updates([add_a, neg])
+    assert m.op == "+=" and [(t.sign, t.expr) for t in m.terms] == [("+", a), ("-", b)]
+    assert merge_updates([zero]) == [zero]  # a single statement stays itself
+    guarded = st("S5", x, "+=", b, guard=ir.Binary(">", b, ir.Const(0.0)))
+    reads = st("S6", x, "+=", ir.Load("x", (ir.Const(0, ir.i64),)))
+    other = st("S7", y, "+=", b)
+    for breaker in (guarded, reads, other):
+        out = merge_updates([add_a, breaker])
+        assert out == [add_a, breaker]
+    assert merge_updates([zero, add_a], atomic=frozenset({"S1"})) == [zero, add_a]
+    assert merge_updates([st("S8", x, "*=", a), add_a]) == [st("S8", x, "*=", a), add_a]

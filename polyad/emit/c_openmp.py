@@ -22,6 +22,7 @@ import islpy as isl
 
 from .. import ir
 from ..ir import Load
+from ..schedule.merge import MergedUpdate, merge_updates
 from .cexpr import AST_HELPERS, C99, CPrinter, Dialect, ast_expr_c, ast_expr_ir
 
 POLYAD_VERSION = "0.1.0"
@@ -179,37 +180,18 @@ class _Emitter:
             for line in lines:
                 self.out(indent, line)
 
-    def merged(self, group: list, indent: str):
-        """Consecutive updates of one element as one statement, a term per line.
-
-        ``x = 0; x += a; x -= b`` becomes ``x = a - b`` with each term keeping its
-        own line comment: the compiler then loads and stores the element once
-        (gcc does not merge the read-modify-writes of a vectorized loop).
-        """
-        p = self.printer
-        first = group[0]
-        terms = []  # (sign, expression, statement it comes from)
-        if first.op == "=":
-            op, rest = "=", group[1:]
-            if not (isinstance(first.expr, ir.Const) and first.expr.value == 0):
-                terms.append(("+", first.expr, first))
-        else:
-            op, rest = "+=", group
-        for st in rest:
-            sign, e = ("-" if st.op == "-=" else "+"), st.expr
-            if isinstance(e, ir.Unary) and e.op == "neg":  # x += -(a)  ->  ... - a
-                sign, e = ("+" if sign == "-" else "-"), e.a
-            terms.append((sign, e, st))
-        head = f"{self.target_text(first)} {op} "
-        if not terms:
-            self.out(indent, head + "0;" + self.comment(first))
+    def merged(self, update: MergedUpdate, indent: str):
+        """A merged update (``schedule.merge``), a term per line with its statement's comment."""
+        head = f"{self.target_text(update)} {update.op} "
+        if not update.terms:
+            self.out(indent, head + "0;" + self.comment(update.statements[0]))
             return
         pad = " " * (len(head) - 2)
-        for k, (sign, e, st) in enumerate(terms):
-            text = p.expr(e, self.names, 7 if sign == "-" else 6)
-            lead = head + ("-" if sign == "-" else "") if k == 0 else f"{pad}{sign} "
-            end = ";" if k == len(terms) - 1 else ""
-            self.out(indent, lead + text + end + self.comment(st))
+        for k, term in enumerate(update.terms):
+            text = self.printer.expr(term.expr, self.names, 7 if term.sign == "-" else 6)
+            lead = head + ("-" if term.sign == "-" else "") if k == 0 else f"{pad}{term.sign} "
+            end = ";" if k == len(update.terms) - 1 else ""
+            self.out(indent, lead + text + end + self.comment(term.statement))
 
     def out(self, indent, text):
         self.lines.append(indent + text)
@@ -244,30 +226,19 @@ class _Emitter:
         else:
             raise NotImplementedError(f"ISL AST node {t}")
 
-    def user_statement(self, node, iters) -> tuple[str, ir.Statement]:
+    def user_statement(self, node, iters) -> ir.Statement:
         call = node.user_get_expr()
         name = call.get_op_arg(0).get_id().get_name()
         args = [ast_expr_ir(call.get_op_arg(k), iters) for k in range(1, call.get_op_n_arg())]
-        return name, self.substituted(self.by_name[name], args)
+        return self.substituted(self.by_name[name], args)
 
-    def statements(self, items: list, indent: str, atomic: frozenset):
-        """Print a run of statements, merging consecutive updates of one element."""
-        k = 0
-        while k < len(items):
-            name, st = items[k]
-            group = [st]
-            if _mergeable(st, first=True) and name not in atomic:
-                while (k + len(group) < len(items) and items[k + len(group)][0] not in atomic
-                       and _mergeable(items[k + len(group)][1], first=False)
-                       and items[k + len(group)][1].target == st.target
-                       and not any(g.reads_variable(st.target.array) for g in group[1:] +
-                                   [items[k + len(group)][1]])):
-                    group.append(items[k + len(group)][1])
-            if len(group) > 1:
-                self.merged(group, indent)
+    def statements(self, run: list, indent: str, atomic: frozenset):
+        """Print a run of consecutive statements of one block, as the merge pass groups them."""
+        for item in merge_updates(run, atomic):
+            if isinstance(item, MergedUpdate):
+                self.merged(item, indent)
             else:
-                self.statement(st, indent, name in atomic)
-            k += len(group)
+                self.statement(item, indent, item.name in atomic)
 
     def ast_c(self, e, iters) -> str:
         text = ast_expr_c(e, iters)
@@ -357,11 +328,6 @@ def _flat_block(node: isl.AstNode) -> list:
         kid = ch.get_at(k)
         out += _flat_block(kid) if kid.get_type() == isl.ast_node_type.block else [kid]
     return out
-
-
-def _mergeable(st: ir.Statement, first: bool) -> bool:
-    return (isinstance(st.target, Load) and st.guard is None
-            and st.op in (("=", "+=", "-=") if first else ("+=", "-=")))
 
 
 def _subst(e: ir.Expr, values: dict) -> ir.Expr:
