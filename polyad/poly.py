@@ -75,11 +75,17 @@ class SizeRequirement:
 
 
 class PolyModel:
-    """ISL objects of one kernel, all in one private ``isl.Context``."""
+    """ISL objects of one kernel, all in one ``isl.Context``.
 
-    def __init__(self, kernel: ir.Kernel):
+    One compilation builds one model of its input kernel; each pass that
+    rewrites the kernel asks ``model.for_kernel(new)`` for the model of its
+    result, which shares the context and the domains of the statements the
+    pass kept.
+    """
+
+    def __init__(self, kernel: ir.Kernel, _parent: Optional["PolyModel"] = None):
         self.kernel = kernel
-        self.ctx = isl.Context()
+        self.ctx = _parent.ctx if _parent is not None else isl.Context()
         self.params = [isl_name(s) for s in kernel.sizes] + \
                       [isl_name(p) for p in kernel.int_params]
         self.param_prefix = f"[{', '.join(self.params)}] -> " if self.params else ""
@@ -89,10 +95,19 @@ class PolyModel:
                 cons += [f"{affine_text(e)} >= 0" for e in p.type.shape]
         for t in kernel.temps:
             cons += [f"{affine_text(e)} >= 0" for e in t.type.shape]
-        self.context = isl.Set.read_from_str(
-            self.ctx, self.param_prefix + "{ : " + (" and ".join(cons) or "true") + " }")
+        self.context_text = self.param_prefix + "{ : " + (" and ".join(cons) or "true") + " }"
+        self.context = isl.Set.read_from_str(self.ctx, self.context_text)
         self.max_depth = max((len(s.loops) for s in kernel.statements), default=0)
-        self._domains: dict[str, isl.Set] = {}
+        # id(statement) -> (statement, domain): a domain depends on the statement and the
+        # context only, so models of one compilation with the same context share them.
+        self._domains: dict[int, tuple[Statement, isl.Set]] = (
+            _parent._domains if _parent is not None and _parent.context_text == self.context_text
+            else {})
+
+    def for_kernel(self, kernel: ir.Kernel) -> "PolyModel":
+        """The model of ``kernel`` (this model's kernel rewritten by a pass): this model for
+        the same kernel, else one sharing this model's context and kept statements' domains."""
+        return self if kernel is self.kernel else PolyModel(kernel, _parent=self)
 
     # ---- sets ----------------------------------------------------------
     def set(self, tuple_text: str, constraint: str) -> isl.Set:
@@ -121,8 +136,9 @@ class PolyModel:
 
     def domain(self, st: Statement) -> isl.Set:
         """The iteration domain of ``st``: its loops and affine conditions."""
-        if st.name in self._domains:
-            return self._domains[st.name]
+        hit = self._domains.get(id(st))
+        if hit is not None and hit[0] is st:
+            return hit[1]
         cons = []
         for lp in st.loops:
             v, lo, hi = isl_name(lp.var), affine_text(lp.lo), affine_text(lp.hi)
@@ -139,7 +155,7 @@ class PolyModel:
             cs = self.condition_set(st, c.expr)
             dom = dom.intersect(cs) if c.positive else dom.subtract(cs)
         dom = dom.coalesce()
-        self._domains[st.name] = dom
+        self._domains[id(st)] = (st, dom)
         return dom
 
     def union_domain(self) -> isl.UnionSet:
@@ -231,6 +247,12 @@ def _moded_loads(kernel: ir.Kernel, st: Statement) -> list[Load]:
     return list(dict.fromkeys(ld for ld in found if kernel.array_type(ld.array).mode))
 
 
+def model_of(kernel: ir.Kernel, model: Optional[PolyModel] = None) -> PolyModel:
+    """The model of ``kernel``: derived from ``model`` (a model of an earlier form of the
+    kernel in the same compilation) when given, else a fresh one."""
+    return model.for_kernel(kernel) if model is not None else PolyModel(kernel)
+
+
 def split_boundary_pieces(kernel: ir.Kernel, model: Optional[PolyModel] = None) -> ir.Kernel:
     """Resolve boundary modes by splitting statements into affine pieces.
 
@@ -241,7 +263,7 @@ def split_boundary_pieces(kernel: ir.Kernel, model: Optional[PolyModel] = None) 
     split keeps its name). Reads outside a ``.zero`` array become the constant
     0; writes outside it drop the piece.
     """
-    model = model or PolyModel(kernel)
+    model = model_of(kernel, model)
     new_statements = []
     for st in kernel.statements:
         moded = _moded_loads(kernel, st)

@@ -148,7 +148,7 @@ def _show(obj, model: PolyModel) -> str:
 
 
 def _statements(k: ir.Kernel, sk: ScheduledKernel) -> list[dict]:
-    model = PolyModel(k)
+    model = sk.model.for_kernel(k)
     pieces: dict[str, list[ir.Statement]] = {st.name: [] for st in k.statements}
     for piece in sk.kernel.statements:
         if piece.owner in pieces:

@@ -160,3 +160,27 @@ def test_dialect_spells_the_c():
     assert "my_atomic_add(&h[" in text and "#pragma omp atomic" not in text
     assert "__restrict__" in signature(histogram.ir, d).declaration()
     assert emit_c(art.plan, C99) == art.source == t.emit(art.plan)
+
+
+@pytest.mark.parametrize("k", KERNELS, ids=lambda k: k.ir.name)
+def test_one_isl_context_per_compilation(k, monkeypatch):
+    """Every pass of one compilation works in one isl.Context; a pass's model of its result
+    keeps the domains of the statements it did not change."""
+    import islpy as isl
+
+    contexts = []
+    fresh = isl.Context
+
+    def counted():
+        contexts.append(fresh())
+        return contexts[-1]
+
+    monkeypatch.setattr(isl, "Context", counted)
+    art = compile_kernel(k.ir, Options())
+    assert len(contexts) == 1 and art.scheduled.model.ctx is contexts[0]
+    model = art.scheduled.model
+    kept = [st for st in art.scheduled.kernel.statements if st in k.ir.statements]
+    again = model.for_kernel(k.ir)
+    assert again.ctx is model.ctx
+    for st in kept:
+        assert again.domain(st) is model.domain(st)

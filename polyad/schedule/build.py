@@ -273,18 +273,21 @@ def schedule_kernel(kernel: ir.Kernel,
     """
     clock = clock or StageClock(kernel.name)
     n = len(kernel.statements)
+    # One model (one isl.Context) for the compilation; each pass's result gets the model
+    # derived from it, which keeps the domains of the statements the pass kept.
+    model = PolyModel(kernel)
     with clock.stage("boundary pieces", n):
-        split = split_boundary_pieces(kernel)
+        split = split_boundary_pieces(kernel, model)
     with clock.stage("dead statements", len(split.statements)):
-        split, dead = remove_dead_statements(split)
+        split, dead = remove_dead_statements(split, model)
     with clock.stage("expansion", len(split.statements)):
-        split, expansions = expand_and_distribute(split)
-        split = ascending_order_free_nests(split)
+        split, expansions = expand_and_distribute(split, model)
+        split = ascending_order_free_nests(split, model)
     with clock.stage("scatter to gather", len(split.statements)):
-        split, gather_decisions = scatter_to_gather(split, PolyModel(split))
+        split, gather_decisions = scatter_to_gather(split, model.for_kernel(split))
         split, fused = fuse_zero_initialization(split)
     n = len(split.statements)
-    model = PolyModel(split)
+    model = model.for_kernel(split)
     with clock.stage("bounds", n):
         requirements: list[SizeRequirement] = check_bounds(split, model)
     with clock.stage("dependences", n):

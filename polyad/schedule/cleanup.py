@@ -10,12 +10,13 @@ recomputes again where it needs it.
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 import islpy as isl
 
 from .. import ir
 from ..ir import Load
-from ..poly import PolyModel, dependences
+from ..poly import PolyModel, dependences, model_of
 from .nests import common_depth
 
 
@@ -27,7 +28,8 @@ def _flow_edges(deps) -> set[tuple[str, str]]:
     return edges
 
 
-def remove_dead_statements(kernel: ir.Kernel) -> tuple[ir.Kernel, tuple[str, ...]]:
+def remove_dead_statements(kernel: ir.Kernel, model: Optional[PolyModel] = None) \
+        -> tuple[ir.Kernel, tuple[str, ...]]:
     """The kernel without dead statements, and the names of those removed.
 
     Live: statements that write a parameter array or the returned value, and
@@ -45,7 +47,7 @@ def remove_dead_statements(kernel: ir.Kernel) -> tuple[ir.Kernel, tuple[str, ...
         return kernel, ()
     # Only values of locals and temporaries can be dead: their flow is all we need.
     private = temps | {n for n, _ in kernel.locals}
-    edges = _flow_edges(dependences(PolyModel(kernel), variables=private,
+    edges = _flow_edges(dependences(model_of(kernel, model), variables=private,
                                     flow_only=frozenset(private)))
     changed = True
     while changed:

@@ -19,12 +19,13 @@ writes (``d_x[m, j] = sum_k f[k] * d_s_expanded[m, j - k + 2]``).
 from __future__ import annotations
 
 import dataclasses
+from typing import Optional
 
 import islpy as isl
 
 from .. import ir
 from ..ir import Load, LoopVar, ScalarRef
-from ..poly import Dependences, PolyModel, dependences
+from ..poly import Dependences, PolyModel, dependences, model_of
 from .nests import common_depth, loop_nests
 
 
@@ -69,7 +70,8 @@ def _expansion_shape(loops) -> tuple | None:
     return tuple(shape)
 
 
-def expand_and_distribute(kernel: ir.Kernel) -> tuple[ir.Kernel, dict[str, str]]:
+def expand_and_distribute(kernel: ir.Kernel, model: Optional[PolyModel] = None) \
+        -> tuple[ir.Kernel, dict[str, str]]:
     """Move ``+=`` scatters that read nest-local scalars into a nest of their own.
 
     Returns the new kernel and decisions (scalar -> what happened to it).
@@ -106,7 +108,7 @@ def expand_and_distribute(kernel: ir.Kernel) -> tuple[ir.Kernel, dict[str, str]]
         if not why and shape is None:
             why = "the shared loops do not start at 0 with size-only bounds"
         if not why:
-            deps = dependences(PolyModel(kernel), variables=expand, flow_only=frozenset(expand))
+            deps = dependences(model_of(kernel, model), variables=expand, flow_only=frozenset(expand))
             names = {st.name for st in nest}
             for v in sorted(expand):
                 if not _private_to_iterations(v, names, c, deps):

@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+from typing import Optional
 
 import islpy as isl
 
 from .. import ir
 from ..ir import Condition, Load, Loop, LoopVar
-from ..poly import (PolyModel, aff_to_expr, dependences, inverse_pieces, param_exprs,
+from ..poly import (PolyModel, aff_to_expr, dependences, inverse_pieces, model_of, param_exprs,
                     set_to_condition)
 from .nests import common_depth, loop_nests
 
@@ -103,7 +104,8 @@ def _variables(nest: list) -> set:
     return names
 
 
-def ascending_order_free_nests(kernel: ir.Kernel) -> ir.Kernel:
+def ascending_order_free_nests(kernel: ir.Kernel, model: Optional[PolyModel] = None) \
+        -> ir.Kernel:
     """Run backward loop nests in ascending order where the order cannot matter.
 
     Reverse-mode AD runs adjoint loops backwards. When every statement of a
@@ -124,7 +126,7 @@ def ascending_order_free_nests(kernel: ir.Kernel) -> ir.Kernel:
         c = common_depth(nest)
         if c:
             used = _variables(nest)
-            deps = dependences(PolyModel(kernel), variables=used,
+            deps = dependences(model_of(kernel, model), variables=used,
                                flow_only=frozenset(used & locals_))
             if _independent_iterations(nest, c, deps, locals_):
                 flip[pos] = c
