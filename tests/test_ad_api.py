@@ -539,7 +539,7 @@ def user_tape_named(x: pa.f64[N]) -> pa.f64:
         tape_x[i] = x[i] * x[i]
     s = 0.0
     for i in range(N):
-        s += tape_x[i]
+        s += tape_x[i] * x[i]
     return s
 
 
