@@ -176,13 +176,6 @@ def compare(op: str, a: Expr, b: Expr) -> Expr:
     return Binary(op, a, b, ir.boolean)
 
 
-def sum_exprs(terms) -> Optional[Expr]:
-    out = None
-    for t in terms:
-        out = add(out, t)
-    return out
-
-
 # --------------------------------------------------------------------------
 # reading expressions
 # --------------------------------------------------------------------------

@@ -61,9 +61,6 @@ class Names:
         self.used.add(name)
         return name
 
-    def take(self, name: str):
-        self.used.add(name)
-
 
 def kernel_names(k: ir.Kernel) -> set[str]:
     used = {p.name for p in k.params} | {n for n, _ in k.locals} | {t.name for t in k.temps}
@@ -361,13 +358,6 @@ class _Reverse:
         if isinstance(x, Load):
             return Load(self.adj[x.array], x.index, x.dtype)
         return ScalarRef(self.adj[x.name], x.dtype)
-
-    def is_active_read(self, x: Expr) -> bool:
-        if isinstance(x, Load):
-            return self.act.is_active(x.array)
-        if isinstance(x, ScalarRef):
-            return self.act.is_active(x.name)
-        return False
 
     def expr_active(self, e: Expr) -> bool:
         return bool(diff_reads(e, self.funcs.funcs) & self.act.active)

@@ -236,10 +236,6 @@ def _pow(e):
 # --------------------------------------------------------------------------
 
 
-def _is_const_exponent(b: Expr) -> bool:
-    return isinstance(b, ir.Const) or (isinstance(b, Unary) and isinstance(b.a, ir.Const))
-
-
 def _power_partials(e: Expr, a: Expr, b: Expr, b_active: bool = True) -> Partials:
     dt = _dt(e)
     # d/da a**b = b * a**(b-1)

@@ -104,7 +104,6 @@ class Resolver:
         self.leaves = leaves
         self.local_names = set(local_names)       # primal scalar locals
         self.array_types = dict(array_types)      # primal arrays (params, temps) -> ArrayType
-        self.local_types = {}
         self.names = names
         self.writes: dict[str, list[Leaf]] = {}
         for lf in leaves:

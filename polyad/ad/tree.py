@@ -91,13 +91,6 @@ def _assign_paths(node: Node, path: tuple):
             c.path = path + (i,)
 
 
-def node_at(root: Node, path: tuple):
-    node = root
-    for i in path:
-        node = node.children[i]
-    return node
-
-
 def loops_of(root: Node, path: tuple) -> tuple[ir.Loop, ...]:
     """The loops enclosing the node at ``path`` (the node itself excluded)."""
     out = []
@@ -190,7 +183,3 @@ def flatten(items) -> list[ir.Statement]:
 
     rec(items, (), ())
     return out
-
-
-def replace_stmt(st: ir.Statement, **kw) -> ir.Statement:
-    return dataclasses.replace(st, **kw)
