@@ -13,9 +13,8 @@ from .intrinsics import INTRINSICS as _INTRINSICS
 from .ir import Out, f32, f64, i32, i64  # noqa: F401
 from .logconf import configure_from_env as _configure_logging
 from .report import explain  # noqa: F401
+from .version import __version__  # noqa: F401
 
 globals().update(_INTRINSICS)  # pa.exp, pa.log, ... (abs/min/max shadow nothing in user code)
-
-__version__ = "0.1.0"
 
 _configure_logging()  # POLYAD_LOG=debug|info|warning|error

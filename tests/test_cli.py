@@ -373,6 +373,20 @@ def test_version(polyad_cmd):
     assert p.returncode == 0 and p.stdout.strip() == "polyad 0.1.0"
 
 
+def test_version_is_written_in_one_place(polyad_cmd):
+    """pyproject.toml, the package, the CLI and the emitted C all read polyad/version.py."""
+    from setuptools.config.pyprojecttoml import read_configuration
+
+    import polyad as pa
+    from polyad.version import __version__
+    config = read_configuration(REPO_ROOT / "pyproject.toml", expand=True)
+    assert "version" in config["project"]["dynamic"]
+    assert config["project"]["version"] == __version__ == pa.__version__
+    assert run(polyad_cmd, "--version").stdout.strip() == f"polyad {__version__}"
+    sources = [p for p in (REPO_ROOT / "polyad").rglob("*.py") if p.name != "version.py"]
+    assert not [p for p in sources if f'"{__version__}"' in p.read_text()]
+
+
 def test_installed_console_script_entry_point():
     import tomllib
     meta = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())

@@ -23,9 +23,8 @@ import islpy as isl
 from .. import ir
 from ..ir import Load
 from ..schedule.merge import MergedUpdate, merge_updates
+from ..version import __version__ as POLYAD_VERSION
 from .cexpr import AST_HELPERS, C99, CPrinter, Dialect, ast_expr_c, ast_expr_ir
-
-POLYAD_VERSION = "0.1.0"
 
 C_RESERVED = set("""
 auto break case char const continue default do double else enum extern float for goto if
