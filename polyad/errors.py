@@ -58,3 +58,30 @@ class CompileError(PolyadError):
 
 class TilingError(PolyadError):
     """A kernel cannot be run tile by tile as its arguments are cut (``polyad.dask``)."""
+
+
+class InternalError(PolyadError, RuntimeError):
+    """A bug in polyad: a stage failed on a kernel it had accepted.
+
+    Says which stage, which kernel and, when the failure happened while a DSL
+    statement was being processed, which statement and source line; the
+    original exception is chained (``__cause__``). Attributes: ``stage``,
+    ``kernel``, ``filename``, ``line`` (the statement's line, else the
+    kernel's) and ``statement`` (its name, or None).
+    """
+
+    def __init__(self, stage: str, kernel: str, filename: str, line: int,
+                 statement: str | None, source: str, cause: BaseException):
+        self.stage = stage
+        self.kernel = kernel
+        self.filename = filename
+        self.line = line
+        self.statement = statement
+        where = f"{filename}:{line}: "
+        what = f"statement {statement} ({source}) of kernel {kernel!r}" if statement \
+            else f"kernel {kernel!r}"
+        super().__init__(
+            f"{where}internal error in polyad while {stage} {what}: "
+            f"{type(cause).__name__}: {cause}\n"
+            "  hint: this is a bug in polyad, not in your kernel; please report it with the "
+            "kernel's source (the traceback above the error shows where it failed)")

@@ -14,11 +14,14 @@ changed), so passes stay cheap.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Optional, Union
 
 import numpy as np
+
+from .errors import InternalError
 
 # --------------------------------------------------------------------------
 # dtypes
@@ -685,3 +688,39 @@ def eval_integer(e: Expr, env: dict) -> Optional[int]:
                "%": int.__mod__}
         return ops[e.op](a, b)
     return None
+
+
+# --------------------------------------------------------------------------
+# internal failures
+# --------------------------------------------------------------------------
+
+# Exceptions that only a bug in polyad lets escape a stage (bad input raises
+# PolyadError subclasses, or ValueError where a caller turns it into one).
+BUG_EXCEPTIONS = (TypeError, KeyError, IndexError, AttributeError, AssertionError,
+                  NotImplementedError, ZeroDivisionError)
+
+
+@contextlib.contextmanager
+def internal_errors(stage: str, kernel: Kernel):
+    """Turn a bug escaping ``stage`` (e.g. "scheduling") of ``kernel`` into an
+    ``InternalError`` naming the kernel and the DSL statement being processed: the
+    innermost frame of the traceback that holds a ``Statement`` names it."""
+    try:
+        yield
+    except BUG_EXCEPTIONS as err:
+        st = _statement_of(err.__traceback__)
+        raise InternalError(stage, kernel.name, kernel.filename or "<unknown>",
+                            st.line if st is not None and st.line else kernel.line,
+                            st.name if st is not None else None,
+                            st.source if st is not None else "", err) from err
+
+
+def _statement_of(tb) -> Optional[Statement]:
+    found = None
+    while tb is not None:
+        for value in tb.tb_frame.f_locals.values():
+            if isinstance(value, Statement):
+                found = value
+                break
+        tb = tb.tb_next
+    return found

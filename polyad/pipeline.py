@@ -156,19 +156,23 @@ def build_kernel(ir_kernel: ir.Kernel, options: Options = Options(),
 
 
 def compile_kernel(ir_kernel: ir.Kernel, options: Options = Options()) -> Artifact:
-    """Schedule ``ir_kernel``, plan it for ``options.target`` and emit its source."""
+    """Schedule ``ir_kernel``, plan it for ``options.target`` and emit its source.
+
+    A bug escaping a stage is raised as ``pa.InternalError`` naming the stage and the
+    DSL statement it concerns."""
     target = get_target(options.target)
     clock = StageClock(ir_kernel.name)
-    scheduled = schedule_kernel(ir_kernel, lambda cand: target.score(target.plan(cand, options)),
-                                clock)
+    with ir.internal_errors("scheduling", ir_kernel):
+        scheduled = schedule_kernel(ir_kernel,
+                                    lambda cand: target.score(target.plan(cand, options)), clock)
     n = len(scheduled.kernel.statements)
-    with clock.stage("plan", n):
+    with clock.stage("plan", n), ir.internal_errors(f"planning ({options.target})", ir_kernel):
         plan = target.plan(scheduled, options)
-    with clock.stage("emit", n):
+    with clock.stage("emit", n), ir.internal_errors(f"emitting ({options.target})", ir_kernel):
         source = target.emit(plan)
+        signature = target.signature(scheduled.kernel)
     clock.close()
-    return Artifact(ir_kernel, options, scheduled, plan, source,
-                    target.signature(scheduled.kernel))
+    return Artifact(ir_kernel, options, scheduled, plan, source, signature)
 
 
 def kernel_ir(kernel) -> ir.Kernel:

@@ -184,3 +184,44 @@ def test_one_isl_context_per_compilation(k, monkeypatch):
     assert again.ctx is model.ctx
     for st in kept:
         assert again.domain(st) is model.domain(st)
+
+
+def test_internal_failure_names_stage_statement_and_line(monkeypatch):
+    """A bug escaping a pass is a pa.InternalError naming the DSL statement, chaining it."""
+    from polyad.schedule import gather
+
+    def broken(st, at, model):
+        raise KeyError("boom")
+
+    monkeypatch.setattr(gather, "_invert", broken)
+    with pytest.raises(pa.InternalError) as info:
+        compile_kernel(histogram.ir, Options())
+    err, s0 = info.value, histogram.ir.statements[0]
+    assert isinstance(err.__cause__, KeyError)
+    assert (err.stage, err.kernel, err.statement, err.line) == \
+        ("scheduling", "histogram", s0.name, s0.line)
+    assert str(err).startswith(f"{histogram.ir.filename}:{s0.line}: internal error in polyad "
+                               f"while scheduling statement {s0.name} ({s0.source})")
+    assert "KeyError: 'boom'" in str(err) and "bug in polyad" in str(err)
+
+
+def test_internal_failure_while_differentiating(monkeypatch):
+    from polyad.ad import reverse
+
+    def broken(*args, **kwargs):
+        raise TypeError("bad partial")
+
+    monkeypatch.setattr(reverse, "partials", broken)
+    with pytest.raises(pa.InternalError) as info:
+        pa.grad(squares_sum, wrt="x").ir
+    err = info.value
+    assert err.stage == "differentiating" and isinstance(err.__cause__, TypeError)
+    assert err.statement is not None and err.line > squares_sum.ir.line
+
+
+@pa.kernel
+def squares_sum(x: pa.f64[N]) -> pa.f64:
+    s = 0.0
+    for i in range(N):
+        s += x[i] * x[i]
+    return s

@@ -748,17 +748,24 @@ def _dead_code(items: list, keep: set) -> list:
 # --------------------------------------------------------------------------
 
 
+def _build(derivation: "_Reverse") -> ir.Kernel:
+    """The derived kernel; a bug escaping the derivation is an InternalError (the arguments
+    were checked when ``derivation`` was made)."""
+    with ir.internal_errors("differentiating", derivation.k):
+        return derivation.build()
+
+
 def vjp_kernel(k: ir.Kernel, wrt) -> ir.Kernel:
     """The pullback of ``k``: inputs, cotangents ``<out>_bar`` (and ``result_bar``) ->
     ``d_<wrt>``."""
-    return _Reverse(k, wrt, "vjp").build()
+    return _build(_Reverse(k, wrt, "vjp"))
 
 
 def grad_kernel(k: ir.Kernel, wrt) -> ir.Kernel:
     """The gradient of the scalar ``k`` returns: inputs -> ``d_<wrt>``."""
-    return _Reverse(k, wrt, "grad").build()
+    return _build(_Reverse(k, wrt, "grad"))
 
 
 def value_and_grad_kernel(k: ir.Kernel, wrt) -> ir.Kernel:
     """Like ``grad_kernel``, and the derived kernel returns ``k``'s value."""
-    return _Reverse(k, wrt, "value_and_grad").build()
+    return _build(_Reverse(k, wrt, "value_and_grad"))
