@@ -13,7 +13,6 @@ prefix".
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
