@@ -90,6 +90,14 @@ def _imports(path: Path) -> set:
     return out
 
 
+def test_loop_tree_is_a_shared_middle_stage():
+    """The loop tree sits right after the IR: ad/, other targets and frontends may use it."""
+    tree = ast.parse((PACKAGE / "looptree.py").read_text())
+    imported = {(n.level, n.module) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert {m for level, m in imported if level > 0} == {None}  # only ``from . import ir``
+    assert not (PACKAGE / "ad" / "tree.py").exists()
+
+
 def test_schedule_stage_names_no_target():
     later = {"target", "emit", "pipeline", "runtime", "api", "report", "build", "cli"}
     for path in sorted((PACKAGE / "schedule").glob("*.py")):

@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from .. import ir
-from .tree import Leaf, build_tree
+from ..looptree import Leaf, build_tree
 
 
 def _loop_str(lp: ir.Loop) -> str:

@@ -29,13 +29,13 @@ from typing import Optional, Union
 from .. import ir
 from ..errors import NotDifferentiableError
 from ..ir import Binary, Expr, Load, Loop, LoopVar, ScalarRef, Statement
+from ..looptree import Item, Leaf, LoopItem, Node, build_tree, filter_items, flatten, item_of, \
+    tree_items, walk_items
 from . import exprs as X
 from .activity import analyze, diff_reads, target_name
 from .funcs import FuncLibrary
 from .rules import partials
 from .tape import Resolver, injective_index, plainly_in_bounds
-from .tree import Item, Leaf, LoopItem, Node, build_tree, filter_items, flatten, item_of, \
-    tree_items, walk_items
 
 
 class NoGradientPathWarning(UserWarning):

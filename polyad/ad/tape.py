@@ -39,8 +39,8 @@ import numpy as np
 
 from .. import ir
 from ..ir import Binary, Expr, Load, LoopVar, ScalarRef
+from ..looptree import Item, Leaf, Node, item_of, loops_of, tree_items
 from . import exprs as X
-from .tree import Item, Leaf, Node, item_of, loops_of
 
 DIRECT = ("direct",)
 
@@ -264,7 +264,6 @@ class Resolver:
         chosen = self.slices.get(node.path)
         if not chosen:
             return []
-        from .tree import tree_items
 
         def leaf_fn(lf):
             if lf.index in chosen:

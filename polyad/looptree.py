@@ -9,6 +9,9 @@ prefix".
 
 ``Item``/``LoopItem`` are the mutable building blocks of derived kernels:
 ``flatten(items)`` assigns loops, positions and fresh names ``S0, S1, ...``.
+
+A middle stage right after ``ir`` (it imports nothing else of polyad): reverse
+mode builds on it, and so can forward mode, other targets and frontends.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
-from .. import ir
+from . import ir
 
 
 @dataclass(eq=False)
