@@ -23,7 +23,7 @@ from .progress import StageClock
 from .runtime import toolchain
 from .schedule import ScheduledKernel, schedule_kernel
 from .target import TARGETS, get_target
-from .emit.c_openmp import POLYAD_VERSION
+from .version import __version__ as POLYAD_VERSION
 
 log = logging.getLogger("polyad")
 
