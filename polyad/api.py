@@ -18,14 +18,25 @@ from .report import explain
 from .runtime.loader import KernelFunction
 
 
-def sizes(names: str) -> tuple[ir.Size, ...]:
-    """Declare symbolic sizes: ``M, N = pa.sizes("M N")`` (names separated by spaces or commas)."""
+class SingleSize(ir.Size):
+    """The size ``pa.sizes("N")`` returns for one name. It also unpacks as a 1-tuple,
+    so ``N, = pa.sizes("N")`` (the spelling of earlier versions) keeps working."""
+
+    def __iter__(self):
+        yield self
+
+
+def sizes(names: str):
+    """Declare symbolic sizes: ``M, N = pa.sizes("M N")`` (names separated by spaces or
+    commas) returns a tuple; ``N = pa.sizes("N")`` (one name) returns one size."""
     parts = names.replace(",", " ").split()
     if not parts:
         raise ValueError("pa.sizes() needs at least one name")
     for p in parts:
         if not p.isidentifier():
             raise ValueError(f"size name {p!r} is not an identifier")
+    if len(parts) == 1:
+        return SingleSize(ir.SizeVar(parts[0]))
     return tuple(ir.Size(ir.SizeVar(p)) for p in parts)
 
 
