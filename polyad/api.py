@@ -8,14 +8,18 @@ and ties the stages together for a user.
 from __future__ import annotations
 
 import functools
+import sys
 from typing import Optional
 
 from . import ir
+from .errors import PolyadError
 from .frontend.c_frontend import parse_c
 from .frontend.python_dsl import parse_func, parse_kernel
+from .frontend.sources import function_from_source
 from .pipeline import Artifact, Options, build_kernel, compile_kernel
 from .report import explain
 from .runtime.loader import KernelFunction
+from .tracebacks import filtered, is_internal, user_facing
 
 
 class SingleSize(ir.Size):
@@ -66,8 +70,19 @@ class Func:
         return self.py(*args)
 
 
-def func(fn) -> Func:
-    """Decorator: a scalar device function callable from kernels."""
+@user_facing
+def func(fn=None, *, source: Optional[str] = None, name: Optional[str] = None,
+         globals: Optional[dict] = None) -> Func:
+    """Decorator: a scalar device function callable from kernels.
+
+    ``pa.func(source=text)`` defines it from source text instead (see ``pa.kernel``).
+    """
+    if source is not None:
+        fn = function_from_source(source, name, _namespace(globals), "pa.func")
+        if isinstance(fn, Func):
+            return fn
+    elif fn is None:
+        raise TypeError("pa.func takes a function (@pa.func) or source=text")
     return Func(fn)
 
 
@@ -97,6 +112,7 @@ class Kernel:
             self._artifacts[key] = compile_kernel(self.ir, key)
         return self._artifacts[key]
 
+    @user_facing
     def compile(self, target: str = "openmp", sanitize: Optional[str] = None,
                 deterministic: bool = False) -> KernelFunction:
         """Schedule, emit and compile (cached per option set); see ``pa.compile``."""
@@ -118,20 +134,48 @@ class Kernel:
         return explain(self, format, target, deterministic)
 
     def __call__(self, *args, **kwargs):
-        fn = self._default
-        if fn is None:
-            fn = self._default = self.compile()
-        return fn(*args, **kwargs)
+        try:
+            fn = self._default
+            if fn is None:
+                fn = self._default = self.compile()
+            return fn(*args, **kwargs)
+        except PolyadError as exc:
+            raise filtered(exc) from exc.__cause__
 
     def __repr__(self) -> str:
         return f"<polyad kernel {self.ir.name} ({self.ir.filename}:{self.ir.line})>"
 
 
-def kernel(fn) -> Kernel:
-    """Decorator: parse ``fn`` as a polyad kernel (DSLError on unsupported constructs)."""
+@user_facing
+def kernel(fn=None, *, source: Optional[str] = None, name: Optional[str] = None,
+           globals: Optional[dict] = None) -> Kernel:
+    """Decorator: parse ``fn`` as a polyad kernel (DSLError on unsupported constructs).
+
+    Works wherever Python keeps the function's source: files, ``python -c``,
+    IPython/Jupyter cells. Where it keeps none (the plain REPL before Python
+    3.13, ``exec`` of a string, stdin), pass the text::
+
+        blur = pa.kernel(source='''
+        def blur(x: pa.f64[N].clamped, y: pa.Out(pa.f64[N])):
+            for i in range(N):
+                y[i] = (x[i - 1] + x[i] + x[i + 1]) / 3.0
+        ''')
+
+    The text may define several functions (``name=`` picks the kernel; the
+    others, e.g. ``@pa.func`` helpers, are visible to it); its names resolve
+    in ``globals`` (default: the caller's module globals); error messages give
+    lines within the text, under the file name ``<polyad-source-N>``.
+    """
+    if source is not None:
+        fn = function_from_source(source, name, _namespace(globals), "pa.kernel")
+        if isinstance(fn, Kernel):
+            return fn
+    elif fn is None:
+        raise TypeError("pa.kernel takes a function (@pa.kernel) or source=text")
     return Kernel(fn)
 
 
+@user_facing
 def from_c(source, name: str, sizes: Optional[dict] = None,
            filename: Optional[str] = None) -> Kernel:
     """A kernel from C: function ``name`` of ``source`` (C text, or a ``pathlib.Path``).
@@ -145,12 +189,31 @@ def from_c(source, name: str, sizes: Optional[dict] = None,
     return Kernel(ir_kernel=parse_c(source, name, sizes, filename))
 
 
+def _namespace(namespace: Optional[dict]) -> dict:
+    """The names source text resolves against: ``namespace``, else the globals of the
+    nearest caller outside polyad."""
+    if namespace is not None:
+        return namespace
+    frame = sys._getframe(1)
+    while frame is not None and is_internal(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame.f_globals if frame is not None else {}
+
+
+@user_facing
 def compile(k: Kernel, target: str = "openmp", sanitize: Optional[str] = None,
             deterministic: bool = False) -> KernelFunction:
     """Compile kernel ``k`` now; returns a callable with ``.source`` (the generated C).
 
-    ``sanitize="address"`` builds with AddressSanitizer (load it in a process
-    started with ``LD_PRELOAD=$(gcc -print-file-name=libasan.so)``).
+    ``sanitize="address"`` builds with AddressSanitizer. Its runtime must be
+    loaded when the process starts, or ``CompileError`` says so (instead of
+    the process aborting)::
+
+        LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 python app.py
+
+    (``detect_leaks=0``: the Python interpreter itself does not free
+    everything at exit). polyad removes the preload from the compiler's
+    environment, so compiling in that process works.
     ``deterministic=True`` avoids every parallel form that reorders
     floating-point sums (reduction clauses, privatized copies, atomics): the
     result is the same bit for bit on every run and any number of threads.

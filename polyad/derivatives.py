@@ -32,6 +32,7 @@ from .ad import rules as _ad_rules
 from .api import Func, Kernel
 from .pipeline import kernel_ir
 from .testing import bind_args, call_interpreted
+from .tracebacks import user_facing
 
 __all__ = ["grad", "value_and_grad", "vjp", "check_grad", "derivative", "custom_vjp",
            "DerivedKernel", "GradCheck", "NoGradientPathWarning"]
@@ -129,6 +130,7 @@ def _derived(k, wrt, kind, build):
     return cache[key]
 
 
+@user_facing
 def grad(k, wrt) -> DerivedKernel:
     """Gradient of the scalar a kernel returns, with respect to ``wrt``.
 
@@ -138,11 +140,13 @@ def grad(k, wrt) -> DerivedKernel:
     return _derived(k, wrt, "grad", ad.grad_kernel)
 
 
+@user_facing
 def value_and_grad(k, wrt) -> DerivedKernel:
     """Like ``grad``; the call returns ``(value, gradient(s))``."""
     return _derived(k, wrt, "value_and_grad", ad.value_and_grad_kernel)
 
 
+@user_facing
 def vjp(k, wrt) -> DerivedKernel:
     """Pullback: call with ``k``'s inputs, then one cotangent per output array (``pa.Out`` and
     in-out arrays, in order), then the cotangent of the returned scalar if any; returns
@@ -155,6 +159,7 @@ def vjp(k, wrt) -> DerivedKernel:
 # --------------------------------------------------------------------------
 
 
+@user_facing
 def derivative(f, wrt: Optional[str] = None):
     """Decorator: supply the partial derivative of device function ``f``.
 
@@ -235,6 +240,7 @@ class GradCheck:
                             for n, v in self.direction.items()))
 
 
+@user_facing
 def check_grad(k, wrt, *args, eps: Optional[float] = None, directions: int = 3,
                seed: int = 0, tol: Optional[float] = None, interpret: bool = False,
                **kwargs) -> GradCheck:
