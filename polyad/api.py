@@ -11,7 +11,7 @@ import functools
 import sys
 from typing import Optional
 
-from . import ir
+from . import callconv, ir
 from .errors import PolyadError
 from .frontend.c_frontend import parse_c
 from .frontend.python_dsl import parse_func, parse_kernel
@@ -19,6 +19,7 @@ from .frontend.sources import function_from_source
 from .pipeline import Artifact, Options, build_kernel, compile_kernel
 from .report import explain
 from .runtime.loader import KernelFunction
+from .runtime.threads import num_threads
 from .tracebacks import filtered, is_internal, user_facing
 
 
@@ -102,6 +103,9 @@ class Kernel:
         self.ir = ir_kernel
         self.__polyad_kernel__ = ir_kernel
         self._artifacts: dict = {}
+        self._own_names = {p.name for p in ir_kernel.params} | set(ir_kernel.sizes)
+        self.__signature__ = callconv.signature(ir_kernel, ("num_threads",))
+        self.__doc__ = callconv.docstring(ir_kernel, getattr(fn, "__doc__", None) or "")
         self._compiled: dict = {}
         self._default: Optional[KernelFunction] = None  # compile() with default options
 
@@ -134,7 +138,15 @@ class Kernel:
         return explain(self, format, target, deterministic)
 
     def __call__(self, *args, **kwargs):
+        """Run the compiled kernel (see ``__signature__`` and ``__doc__`` for its arguments).
+
+        ``num_threads=n`` (unless the kernel has a parameter of that name) runs
+        this call on at most ``n`` OpenMP threads, as ``with pa.num_threads(n)``.
+        """
         try:
+            if kwargs and "num_threads" in kwargs and "num_threads" not in self._own_names:
+                with num_threads(kwargs.pop("num_threads")):
+                    return self.compile()(*args, **kwargs)
             fn = self._default
             if fn is None:
                 fn = self._default = self.compile()

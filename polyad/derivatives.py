@@ -26,7 +26,7 @@ from typing import Optional
 
 import numpy as np
 
-from . import ad, ir
+from . import ad, callconv, ir
 from .ad import funcs as _ad_funcs
 from .ad import rules as _ad_rules
 from .api import Func, Kernel
@@ -65,12 +65,30 @@ class DerivedKernel(Kernel):
         super().__init__(ir_kernel=ir_kernel)
         self.__name__ = ir_kernel.name
         self.__qualname__ = ir_kernel.name
-        self.__doc__ = f"{kind} of {kernel_ir(primal).name} with respect to {wrt!r}"
         self.kind = kind
         self.primal = primal
         self.wrt = wrt
         self.wrt_names = ad.check_wrt(kernel_ir(primal), wrt)
         self._package = result_packager(kind, wrt, self.wrt_names, kernel_ir(primal))
+        self.__doc__ = callconv.docstring(
+            ir_kernel, f"{kind} of {kernel_ir(primal).name} with respect to {wrt!r}.",
+            self._returns_doc())
+
+    def _returns_doc(self) -> str:
+        """What ``package`` returns, in words."""
+        pk = kernel_ir(self.primal)
+        each = [f"d_{n}: " + ("an array like " + n if pk.param(n).is_array else "a float")
+                for n in self.wrt_names]
+        if isinstance(self.wrt, str):
+            grads = each[0]
+        elif isinstance(self.wrt, dict):
+            grads = "a dict {" + ", ".join(f"{label!r}: d_{n}" for label, n in
+                                            zip(self.wrt, self.wrt_names)) + "}"
+        else:
+            grads = "a tuple (" + ", ".join(each) + ")"
+        if self.kind == "value_and_grad":
+            return f"Returns: (value of {pk.name}, {grads})."
+        return f"Returns: {grads}."
 
     def __call__(self, *args, **kwargs):
         fn = self._default

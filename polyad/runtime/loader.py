@@ -26,9 +26,10 @@ import cffi
 import islpy as isl
 import numpy as np
 
-from .. import ir
+from .. import callconv, ir
 from ..errors import ArgumentError, DTypeError, ShapeError
 from ..ir import SizeVar
+from . import threads
 from .arrays import as_array_argument
 from .toolchain import compile_c
 
@@ -254,6 +255,9 @@ class KernelFunction:
         # so concurrent calls never share one): a fresh large array costs a page
         # fault per page on every call, more than the kernel itself for big images.
         self._buffers = threading.local()
+        self.__name__ = kernel.name
+        self.__signature__ = callconv.signature(kernel)
+        self.__doc__ = callconv.docstring(kernel)
 
     def _check_signature_layout(self) -> None:
         """The C parameters are the DSL parameters, sizes, temporaries, result, in order."""
@@ -442,7 +446,11 @@ class KernelFunction:
         if result is not None:
             result, pointer = self._result_cell()
             cvals.append(pointer)
-        self._fn(*cvals)
+        previous_threads = threads.begin_call()
+        try:
+            self._fn(*cvals)
+        finally:
+            threads.end_call(previous_threads)
         if self._out_indices:
             outs = [values[i] for i in self._out_indices]
             if result is not None:
@@ -606,6 +614,10 @@ class KernelFunction:
                 if other != w and np.may_share_memory(arrays[w], arrays[other]):
                     raise ShapeError(f"{self.kernel.name}(): output {w!r} shares memory with "
                                      f"{other!r}; pass separate arrays (e.g. {other}.copy())")
+
+
+    def __repr__(self) -> str:
+        return f"<polyad compiled kernel {self.kernel.name}{self.__signature__}>"
 
 
 class CompiledKernel(KernelFunction):
