@@ -163,9 +163,9 @@ def kernel(fn=None, *, source: Optional[str] = None, name: Optional[str] = None,
            globals: Optional[dict] = None) -> Kernel:
     """Decorator: parse ``fn`` as a polyad kernel (DSLError on unsupported constructs).
 
-    Works wherever Python keeps the function's source: files, ``python -c``,
-    IPython/Jupyter cells. Where it keeps none (the plain REPL before Python
-    3.13, ``exec`` of a string, stdin), pass the text::
+    Works wherever the function's source can be found: files, ``python -c``,
+    the interactive prompt, IPython/Jupyter cells. Where there is none
+    (``exec`` of a string, a script piped to stdin), pass the text::
 
         blur = pa.kernel(source='''
         def blur(x: pa.f64[N].clamped, y: pa.Out(pa.f64[N])):

@@ -154,3 +154,53 @@ def test_dsl_error_traceback_in_process_keeps_only_user_frames():
     files = {str(entry.path) for entry in info.traceback}
     assert not any(os.path.join(REPO, "polyad", "frontend") in f for f in files)
     assert __file__ in files
+
+
+def run_interactive(lines, home):
+    """Type ``lines`` at a plain ``python -i`` prompt on a pseudo-terminal (so the
+    interpreter uses readline, as for a person); returns everything it printed."""
+    pty = pytest.importorskip("pty")
+    import select
+    import time
+    pytest.importorskip("readline")
+    master, slave = pty.openpty()
+    env = {**os.environ, "PYTHONPATH": REPO, "HOME": str(home), "TERM": "dumb"}
+    proc = subprocess.Popen([sys.executable, "-i", "-q"], stdin=slave, stdout=slave,
+                            stderr=slave, env=env, cwd=str(home), close_fds=True)
+    os.close(slave)
+    out = b""
+    try:
+        for line in [*lines, "print('DONE-' + 'TYPING')"]:
+            os.write(master, (line + "\n").encode())
+        deadline = time.time() + 240
+        while b"DONE-TYPING" not in out and time.time() < deadline:
+            ready, _, _ = select.select([master], [], [], 1.0)
+            if ready:
+                try:
+                    out += os.read(master, 65536)
+                except OSError:
+                    break
+    finally:
+        proc.kill()
+        proc.wait()
+        os.close(master)
+    return out.decode(errors="replace").replace("\r\n", "\n")
+
+
+def test_plain_interactive_prompt_kernels_compile_with_prompt_line_numbers(tmp_path):
+    out = run_interactive([
+        "import numpy as np, polyad as pa",
+        "N = pa.sizes('N')",
+        "@pa.kernel",
+        "def dbl(x: pa.f64[N], y: pa.Out(pa.f64[N])):",
+        "    for i in range(N):",
+        "        y[i] = 2.0 * x[i]",
+        "",
+        "print('RESULT', dbl(np.arange(3.0)).tolist())",
+        "@pa.kernel",
+        "def bad(x: pa.f64[N]) -> pa.f64:",
+        "    return 1.0 * len(x)",
+        "",
+    ], tmp_path)
+    assert "RESULT [0.0, 2.0, 4.0]" in out, out
+    assert "<stdin>:3:18: len(x) is not available in kernels" in out, out

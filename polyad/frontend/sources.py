@@ -6,13 +6,16 @@ Python 3.13 REPL). This module adds the other places a user defines kernels:
 
 * ``python -c "..."``: the command text is ``sys.orig_argv``'s argument after
   ``-c``; it is registered in ``linecache`` under ``<string>``;
+* the plain interactive prompt (``<stdin>``, before Python 3.13): the lines
+  typed are in readline's history; lines count from the statement's first
+  line, as the interpreter's own tracebacks do;
 * source text given directly (``pa.kernel(source=...)``), also for code run
   by ``exec`` or read from stdin: ``function_from_source`` registers the text
   in ``linecache`` under a name of its own, compiles and runs it, and returns
   the function it defines; errors carry line numbers within that text.
 
-Anything else (the pre-3.13 REPL, ``exec`` of a plain string) has no source
-to find; the error says to pass ``source=``.
+Anything else (``exec`` of a plain string, a script piped to stdin, a prompt
+without readline) has no source to find; the error says to pass ``source=``.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import ast
 import inspect
 import itertools
 import linecache
+import re
 import sys
 import textwrap
 import types
@@ -39,6 +43,10 @@ def source_lines(fn) -> tuple[list[str], int]:
     except (OSError, TypeError) as exc:
         reason = exc
     filename = getattr(getattr(fn, "__code__", None), "co_filename", "<unknown>")
+    if filename == "<stdin>" and hasattr(sys, "ps1"):
+        found = _from_interactive_history(fn)
+        if found is not None:
+            return found
     if filename == "<string>" and _register_command_line():
         try:
             lines, start = inspect.getsourcelines(fn)
@@ -50,9 +58,42 @@ def source_lines(fn) -> tuple[list[str], int]:
     name = getattr(fn, "__name__", fn)
     raise DSLError(f"cannot read the source of {name!r}: {reason}", filename,
                    getattr(getattr(fn, "__code__", None), "co_firstlineno", 0), 0,
-                   hint="the interpreter kept no source text for it (the plain REPL, exec of a "
-                        "string): pass the text instead, pa.kernel(source=text) or "
+                   hint="the interpreter kept no source text for it (exec of a string, a script "
+                        "piped to stdin): pass the text instead, pa.kernel(source=text) or "
                         "pa.func(source=text), or define it in a .py file")
+
+
+def _from_interactive_history(fn) -> Optional[tuple[list[str], int]]:
+    """The source of ``fn`` typed at the plain interactive prompt, from readline's history.
+
+    The prompt compiles each statement on its own, so line 1 is the statement's
+    first line (the first decorator): the lines found count from there, as
+    the interpreter's own tracebacks for ``<stdin>`` do.
+    """
+    try:
+        import readline
+    except ImportError:
+        return None
+    history = [readline.get_history_item(i)
+               for i in range(1, readline.get_current_history_length() + 1)]
+    header = re.compile(rf"\s*(async\s+)?def\s+{re.escape(fn.__name__)}\s*\(")
+    for start in range(len(history) - 1, -1, -1):
+        if history[start] and header.match(history[start]):
+            break
+    else:
+        return None
+    end = start + 1
+    base = len(history[start]) - len(history[start].lstrip())
+    while end < len(history) and history[end] and \
+            len(history[end]) - len(history[end].lstrip()) > base:
+        end += 1
+    while start > 0 and history[start - 1] and history[start - 1].lstrip().startswith("@"):
+        start -= 1
+    lines = [line + "\n" for line in history[start:end]]
+    first = fn.__code__.co_firstlineno
+    if not _defines(lines, fn.__name__) or first > len(lines):
+        return None
+    return lines[first - 1:], first
 
 
 def _register_command_line() -> bool:
