@@ -76,11 +76,14 @@ class JaxKernel:
             v = jnp.asarray(v, dt.np)
         v = jnp.asarray(v) if not isinstance(v, jax.Array) else v
         if v.dtype != dt.np:
-            x64 = ("; f64 needs jax.config.update('jax_enable_x64', True)"
-                   if dt.np.itemsize == 8 and not jax.config.jax_enable_x64 else "")
+            if dt.np.itemsize == 8 and not jax.config.jax_enable_x64:
+                fix = ("JAX runs without 64-bit types: call jax.config.update("
+                       "'jax_enable_x64', True) at startup, before creating arrays")
+            else:
+                fix = (f"polyad never converts silently: pass "
+                       f"{p.name}.astype(jnp.{dt.np_name})")
             raise DTypeError(f"{fk.name}(): input {p.name!r} has dtype {v.dtype}, expected "
-                             f"{dt.np_name} (polyad never converts silently: pass "
-                             f"{p.name}.astype(jnp.{dt.np_name})){x64}")
+                             f"{dt.np_name} ({fix})")
         if not p.is_array and v.ndim != 0:
             raise DTypeError(f"{fk.name}(): input {p.name!r} is a scalar parameter; pass a "
                              f"number or a 0-d array, got shape {v.shape}")

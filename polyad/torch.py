@@ -68,7 +68,6 @@ class _KernelFunction(torch.autograd.Function):
         arrays = [_to_numpy(fk, p, v) for p, v in zip(fk.inputs, inputs)]
         outputs = fk.forward(arrays, sizes)
         ctx.fk, ctx.sizes, ctx.arrays = fk, sizes, arrays
-        ctx.scalar_like = [v if isinstance(v, torch.Tensor) else None for v in inputs]
         return tuple(torch.from_numpy(o) for o in outputs)
 
     @staticmethod

@@ -93,3 +93,19 @@ def test_wrong_dtype_and_unknown_size_say_how_to_fix():
     g = pj.primitive(shifted_sum, wrt="x")
     with pytest.raises(pa.ArgumentError, match=r"cannot infer size\(s\) K.*K=\.\.\."):
         g(jnp.zeros(4), 1)
+
+
+def test_float64_kernel_without_x64_says_how_to_enable_it():
+    import os
+    import subprocess
+    import sys
+    repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    code = ("import jax.numpy as jnp, polyad as pa, polyad.jax as pj\n"
+            "from bridge_kernels import blur_energy\n"
+            "try:\n    pj.primitive(blur_energy)(jnp.ones(4), jnp.ones(3), 0.5)\n"
+            "except pa.DTypeError as e:\n    print(e)\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([repo, os.path.join(repo, "tests")])}
+    env.pop("JAX_ENABLE_X64", None)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                          timeout=300)
+    assert "jax.config.update('jax_enable_x64', True)" in proc.stdout, proc.stderr

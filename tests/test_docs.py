@@ -28,7 +28,7 @@ def test_api_reference_names_every_public_name():
     missing = [n for n in pa.__all__ if not re.search(rf"\b{re.escape(n)}\b", text)]
     assert not missing, f"docs/api.md does not document {missing}"
     for extra in ("polyad.torch.function", "polyad.jax.primitive", "polyad.build.ffibuilder",
-                  "polyad.build.load", "POLYAD_TRACEBACK_FILTERING"):
+                  "polyad.build.load", "POLYAD_TRACEBACK_FILTERING", "### Interrupting (Ctrl-C)"):
         assert extra in text
 
 

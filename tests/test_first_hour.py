@@ -7,7 +7,6 @@ import subprocess
 import sys
 import textwrap
 
-import numpy as np
 import pytest
 
 import polyad as pa
@@ -64,8 +63,7 @@ def run_python(code, env):
 
 
 TWICE = textwrap.dedent('''\
-    import numpy as np
-    import polyad as pa
+        import polyad as pa
     N = pa.sizes("N")
 
     @pa.kernel

@@ -19,8 +19,8 @@ BUILD = ("import sys; from setuptools import build_meta as b; out = sys.argv[1];
 @pytest.fixture(scope="module")
 def dists(tmp_path_factory):
     src = tmp_path_factory.mktemp("src") / "polyad"
-    tracked = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO_ROOT, capture_output=True,
-                             text=True)
+    tracked = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard"],
+                             cwd=REPO_ROOT, capture_output=True, text=True)
     if tracked.returncode != 0:
         pytest.skip("not a git checkout")
     for name in tracked.stdout.split():

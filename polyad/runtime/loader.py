@@ -615,7 +615,6 @@ class KernelFunction:
                     raise ShapeError(f"{self.kernel.name}(): output {w!r} shares memory with "
                                      f"{other!r}; pass separate arrays (e.g. {other}.copy())")
 
-
     def __repr__(self) -> str:
         return f"<polyad compiled kernel {self.kernel.name}{self.__signature__}>"
 
