@@ -63,7 +63,8 @@ def run_python(code, env):
 
 
 TWICE = textwrap.dedent('''\
-        import polyad as pa
+    import numpy as np
+    import polyad as pa
     N = pa.sizes("N")
 
     @pa.kernel
