@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Overhead of the PyTorch and JAX bridges (issue 12) over calling polyad directly.
 
-    python benchmarks/bridges.py [--size 512] [--repeats 30]
+    python benchmarks/bridges.py [--size 512] [--repeats 30] [--threads N]
 
 For the TV cost of examples/tv.py on an N x N float64 image it prints the
 median time of: the forward kernel and pa.vjp called directly on numpy
@@ -46,7 +46,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--threads", type=int, default=None,
+                        help="OpenMP threads per kernel call (default: all cores)")
     args = parser.parse_args()
+    with pa.num_threads(args.threads):
+        run(args)
+
+
+def run(args) -> None:
     rng = np.random.default_rng(0)
     g = rng.random((args.size, args.size))
     b = rng.random((args.size, args.size))
@@ -78,7 +85,8 @@ def main() -> None:
              ("jax bridge (jit): grad",
               median_time(lambda: grad(jg, jb).block_until_ready(), args.repeats))]
     base = {"forward": rows[0][1], "grad": rows[1][1]}
-    print(f"TV cost, {args.size}x{args.size} float64, median of {args.repeats}")
+    print(f"TV cost, {args.size}x{args.size} float64, median of {args.repeats}, "
+          f"{args.threads or 'all'} thread(s)")
     print(f"{'contender':36s} {'median ms':>10s} {'vs direct':>10s}")
     for name, t in rows:
         ref = base["forward"] if name.endswith("forward") else base["grad"]
