@@ -29,7 +29,17 @@ from ..errors import PolyadError
 # One entry per kernel call running now: list.append and list.pop are atomic, so
 # counting needs no lock on the call path.
 _running: list = []
-_local = threading.local()  # .limits: this thread's stack of pa.num_threads() values
+
+
+class _ThreadLimits(threading.local):
+    """``limits``: this thread's stack of ``pa.num_threads()`` values (a plain attribute:
+    a missing one on ``threading.local`` costs an exception per lookup)."""
+
+    def __init__(self):
+        self.limits = []
+
+
+_local = _ThreadLimits()
 _omp = None
 
 
@@ -76,8 +86,6 @@ class num_threads:
         self.n = n
 
     def __enter__(self):
-        if not hasattr(_local, "limits"):
-            _local.limits = []
         _local.limits.append(self.n)
         return self
 
@@ -90,7 +98,7 @@ def begin_call() -> Optional[int]:
     """Called just before a kernel's C function: set this thread's OpenMP limit when one
     is asked for or other calls are running; returns the limit to restore (or None)."""
     _running.append(None)
-    limits = getattr(_local, "limits", None)
+    limits = _local.limits
     n = limits[-1] if limits else None
     if n is None:
         active = len(_running)
