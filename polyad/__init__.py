@@ -27,7 +27,7 @@ globals().update(_INTRINSICS)  # pa.exp, pa.log, ... (abs/min/max shadow nothing
 __version__ = "0.1.0"
 
 __all__ = sorted([
-    "kernel", "func", "sizes", "compile", "zeros", "empty", "Kernel", "Func",
+    "kernel", "func", "from_c", "sizes", "compile", "zeros", "empty", "Kernel", "Func",
     "f32", "f64", "i32", "i64", "Out",
     "grad", "value_and_grad", "vjp", "check_grad", "derivative", "custom_vjp",
     "explain", "num_threads",
