@@ -8,24 +8,40 @@ and ties the stages together for a user.
 from __future__ import annotations
 
 import functools
+import sys
 from typing import Optional
 
-from . import ir
+from . import callconv, ir
+from .errors import PolyadError
 from .frontend.c_frontend import parse_c
 from .frontend.python_dsl import parse_func, parse_kernel
+from .frontend.sources import function_from_source
 from .pipeline import Artifact, Options, build_kernel, compile_kernel
 from .report import explain
 from .runtime.loader import KernelFunction
+from .runtime.threads import num_threads
+from .tracebacks import filtered, is_internal, user_facing
 
 
-def sizes(names: str) -> tuple[ir.Size, ...]:
-    """Declare symbolic sizes: ``M, N = pa.sizes("M N")`` (names separated by spaces or commas)."""
+class SingleSize(ir.Size):
+    """The size ``pa.sizes("N")`` returns for one name. It also unpacks as a 1-tuple,
+    so ``N, = pa.sizes("N")`` (the spelling of earlier versions) keeps working."""
+
+    def __iter__(self):
+        yield self
+
+
+def sizes(names: str):
+    """Declare symbolic sizes: ``M, N = pa.sizes("M N")`` (names separated by spaces or
+    commas) returns a tuple; ``N = pa.sizes("N")`` (one name) returns one size."""
     parts = names.replace(",", " ").split()
     if not parts:
         raise ValueError("pa.sizes() needs at least one name")
     for p in parts:
         if not p.isidentifier():
             raise ValueError(f"size name {p!r} is not an identifier")
+    if len(parts) == 1:
+        return SingleSize(ir.SizeVar(parts[0]))
     return tuple(ir.Size(ir.SizeVar(p)) for p in parts)
 
 
@@ -55,8 +71,19 @@ class Func:
         return self.py(*args)
 
 
-def func(fn) -> Func:
-    """Decorator: a scalar device function callable from kernels."""
+@user_facing
+def func(fn=None, *, source: Optional[str] = None, name: Optional[str] = None,
+         globals: Optional[dict] = None) -> Func:
+    """Decorator: a scalar device function callable from kernels.
+
+    ``pa.func(source=text)`` defines it from source text instead (see ``pa.kernel``).
+    """
+    if source is not None:
+        fn = function_from_source(source, name, _namespace(globals), "pa.func")
+        if isinstance(fn, Func):
+            return fn
+    elif fn is None:
+        raise TypeError("pa.func takes a function (@pa.func) or source=text")
     return Func(fn)
 
 
@@ -76,6 +103,9 @@ class Kernel:
         self.ir = ir_kernel
         self.__polyad_kernel__ = ir_kernel
         self._artifacts: dict = {}
+        self._own_names = {p.name for p in ir_kernel.params} | set(ir_kernel.sizes)
+        self.__signature__ = callconv.signature(ir_kernel, ("num_threads",))
+        self.__doc__ = callconv.docstring(ir_kernel, getattr(fn, "__doc__", None) or "")
         self._compiled: dict = {}
         self._default: Optional[KernelFunction] = None  # compile() with default options
 
@@ -86,6 +116,7 @@ class Kernel:
             self._artifacts[key] = compile_kernel(self.ir, key)
         return self._artifacts[key]
 
+    @user_facing
     def compile(self, target: str = "openmp", sanitize: Optional[str] = None,
                 deterministic: bool = False) -> KernelFunction:
         """Schedule, emit and compile (cached per option set); see ``pa.compile``."""
@@ -107,20 +138,56 @@ class Kernel:
         return explain(self, format, target, deterministic)
 
     def __call__(self, *args, **kwargs):
-        fn = self._default
-        if fn is None:
-            fn = self._default = self.compile()
-        return fn(*args, **kwargs)
+        """Run the compiled kernel (see ``__signature__`` and ``__doc__`` for its arguments).
+
+        ``num_threads=n`` (unless the kernel has a parameter of that name) runs
+        this call on at most ``n`` OpenMP threads, as ``with pa.num_threads(n)``.
+        """
+        try:
+            if kwargs and "num_threads" in kwargs and "num_threads" not in self._own_names:
+                with num_threads(kwargs.pop("num_threads")):
+                    return self.compile()(*args, **kwargs)
+            fn = self._default
+            if fn is None:
+                fn = self._default = self.compile()
+            return fn(*args, **kwargs)
+        except PolyadError as exc:
+            raise filtered(exc) from exc.__cause__
 
     def __repr__(self) -> str:
         return f"<polyad kernel {self.ir.name} ({self.ir.filename}:{self.ir.line})>"
 
 
-def kernel(fn) -> Kernel:
-    """Decorator: parse ``fn`` as a polyad kernel (DSLError on unsupported constructs)."""
+@user_facing
+def kernel(fn=None, *, source: Optional[str] = None, name: Optional[str] = None,
+           globals: Optional[dict] = None) -> Kernel:
+    """Decorator: parse ``fn`` as a polyad kernel (DSLError on unsupported constructs).
+
+    Works wherever the function's source can be found: files, ``python -c``,
+    the interactive prompt, IPython/Jupyter cells. Where there is none
+    (``exec`` of a string, a script piped to stdin), pass the text::
+
+        blur = pa.kernel(source='''
+        def blur(x: pa.f64[N].clamped, y: pa.Out(pa.f64[N])):
+            for i in range(N):
+                y[i] = (x[i - 1] + x[i] + x[i + 1]) / 3.0
+        ''')
+
+    The text may define several functions (``name=`` picks the kernel; the
+    others, e.g. ``@pa.func`` helpers, are visible to it); its names resolve
+    in ``globals`` (default: the caller's module globals); error messages give
+    lines within the text, under the file name ``<polyad-source-N>``.
+    """
+    if source is not None:
+        fn = function_from_source(source, name, _namespace(globals), "pa.kernel")
+        if isinstance(fn, Kernel):
+            return fn
+    elif fn is None:
+        raise TypeError("pa.kernel takes a function (@pa.kernel) or source=text")
     return Kernel(fn)
 
 
+@user_facing
 def from_c(source, name: str, sizes: Optional[dict] = None,
            filename: Optional[str] = None) -> Kernel:
     """A kernel from C: function ``name`` of ``source`` (C text, or a ``pathlib.Path``).
@@ -134,12 +201,31 @@ def from_c(source, name: str, sizes: Optional[dict] = None,
     return Kernel(ir_kernel=parse_c(source, name, sizes, filename))
 
 
+def _namespace(namespace: Optional[dict]) -> dict:
+    """The names source text resolves against: ``namespace``, else the globals of the
+    nearest caller outside polyad."""
+    if namespace is not None:
+        return namespace
+    frame = sys._getframe(1)
+    while frame is not None and is_internal(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame.f_globals if frame is not None else {}
+
+
+@user_facing
 def compile(k: Kernel, target: str = "openmp", sanitize: Optional[str] = None,
             deterministic: bool = False) -> KernelFunction:
     """Compile kernel ``k`` now; returns a callable with ``.source`` (the generated C).
 
-    ``sanitize="address"`` builds with AddressSanitizer (load it in a process
-    started with ``LD_PRELOAD=$(gcc -print-file-name=libasan.so)``).
+    ``sanitize="address"`` builds with AddressSanitizer. Its runtime must be
+    loaded when the process starts, or ``CompileError`` says so (instead of
+    the process aborting)::
+
+        LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 python app.py
+
+    (``detect_leaks=0``: the Python interpreter itself does not free
+    everything at exit). polyad removes the preload from the compiler's
+    environment, so compiling in that process works.
     ``deterministic=True`` avoids every parallel form that reorders
     floating-point sums (reduction clauses, privatized copies, atomics): the
     result is the same bit for bit on every run and any number of threads.

@@ -30,7 +30,7 @@ from typing import Iterable, Mapping, Optional, Union
 import cffi
 import islpy as isl
 
-from . import ir
+from . import callconv, ir
 from .derivatives import DerivedKernel, result_packager
 from .emit.c_openmp import POLYAD_VERSION, CSignature, cname
 from .emit.header import c_header
@@ -291,9 +291,17 @@ class DerivedFunction:
         self.wrt_names = list(derived["wrt_names"])
         self.primal = _from_json(derived["primal"])
         self._package = result_packager(self.kind, self.wrt, self.wrt_names, self.primal)
+        self.__name__ = raw.kernel.name
+        self.__signature__ = raw.__signature__
+        self.__doc__ = callconv.docstring(
+            raw.kernel, f"{self.kind} of {self.primal.name} with respect to {self.wrt!r}.",
+            DerivedKernel._returns_doc(self))
 
     def __call__(self, *args, **kwargs):
         return self._package(self.raw(*args, **kwargs))
+
+    def __repr__(self) -> str:
+        return f"<polyad prebuilt {self.kind} kernel {self.__name__}{self.__signature__}>"
 
 
 class KernelModule:

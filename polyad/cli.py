@@ -234,9 +234,10 @@ def find_benchmarks() -> Path:
     for c in candidates:
         if c.is_file():
             return c
-    raise PolyadError("the benchmark suite (benchmarks/run.py) was not found in "
-                      f"{candidates[0].parent} or {candidates[1].parent}; it ships with "
-                      "polyad's source checkout: run 'polyad bench' there")
+    raise UsageError("the benchmark suite (benchmarks/run.py) was not found in "
+                     f"{candidates[0].parent} or {candidates[1].parent}; it ships with "
+                     "polyad's source (a checkout or the sdist), not with the wheel: run "
+                     "'polyad bench' in the source directory")
 
 
 def cmd_bench(args) -> int:

@@ -26,12 +26,13 @@ from typing import Optional
 
 import numpy as np
 
-from . import ad, ir
+from . import ad, callconv, ir
 from .ad import funcs as _ad_funcs
 from .ad import rules as _ad_rules
 from .api import Func, Kernel
 from .pipeline import kernel_ir
 from .testing import bind_args, call_interpreted
+from .tracebacks import user_facing
 
 __all__ = ["grad", "value_and_grad", "vjp", "check_grad", "derivative", "custom_vjp",
            "DerivedKernel", "GradCheck", "NoGradientPathWarning"]
@@ -64,12 +65,30 @@ class DerivedKernel(Kernel):
         super().__init__(ir_kernel=ir_kernel)
         self.__name__ = ir_kernel.name
         self.__qualname__ = ir_kernel.name
-        self.__doc__ = f"{kind} of {kernel_ir(primal).name} with respect to {wrt!r}"
         self.kind = kind
         self.primal = primal
         self.wrt = wrt
         self.wrt_names = ad.check_wrt(kernel_ir(primal), wrt)
         self._package = result_packager(kind, wrt, self.wrt_names, kernel_ir(primal))
+        self.__doc__ = callconv.docstring(
+            ir_kernel, f"{kind} of {kernel_ir(primal).name} with respect to {wrt!r}.",
+            self._returns_doc())
+
+    def _returns_doc(self) -> str:
+        """What ``package`` returns, in words."""
+        pk = kernel_ir(self.primal)
+        each = [f"d_{n}: " + ("an array like " + n if pk.param(n).is_array else "a float")
+                for n in self.wrt_names]
+        if isinstance(self.wrt, str):
+            grads = each[0]
+        elif isinstance(self.wrt, dict):
+            grads = "a dict {" + ", ".join(f"{label!r}: d_{n}" for label, n in
+                                            zip(self.wrt, self.wrt_names)) + "}"
+        else:
+            grads = "a tuple (" + ", ".join(each) + ")"
+        if self.kind == "value_and_grad":
+            return f"Returns: (value of {pk.name}, {grads})."
+        return f"Returns: {grads}."
 
     def __call__(self, *args, **kwargs):
         fn = self._default
@@ -129,6 +148,7 @@ def _derived(k, wrt, kind, build):
     return cache[key]
 
 
+@user_facing
 def grad(k, wrt) -> DerivedKernel:
     """Gradient of the scalar a kernel returns, with respect to ``wrt``.
 
@@ -138,11 +158,13 @@ def grad(k, wrt) -> DerivedKernel:
     return _derived(k, wrt, "grad", ad.grad_kernel)
 
 
+@user_facing
 def value_and_grad(k, wrt) -> DerivedKernel:
     """Like ``grad``; the call returns ``(value, gradient(s))``."""
     return _derived(k, wrt, "value_and_grad", ad.value_and_grad_kernel)
 
 
+@user_facing
 def vjp(k, wrt) -> DerivedKernel:
     """Pullback: call with ``k``'s inputs, then one cotangent per output array (``pa.Out`` and
     in-out arrays, in order), then the cotangent of the returned scalar if any; returns
@@ -155,6 +177,7 @@ def vjp(k, wrt) -> DerivedKernel:
 # --------------------------------------------------------------------------
 
 
+@user_facing
 def derivative(f, wrt: Optional[str] = None):
     """Decorator: supply the partial derivative of device function ``f``.
 
@@ -235,6 +258,7 @@ class GradCheck:
                             for n, v in self.direction.items()))
 
 
+@user_facing
 def check_grad(k, wrt, *args, eps: Optional[float] = None, directions: int = 3,
                seed: int = 0, tol: Optional[float] = None, interpret: bool = False,
                **kwargs) -> GradCheck:

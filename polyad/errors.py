@@ -14,9 +14,10 @@ class PolyadError(Exception):
 class DSLError(PolyadError):
     """A construct of the kernel's source that polyad cannot compile.
 
-    Attributes: ``filename``, ``line``, ``col`` (1-based line, 0-based column
-    as in Python's ``ast``) and ``hint`` (how to fix it, may be empty).
-    ``str(err)`` reads ``FILE:LINE:COL: message`` followed by the hint.
+    Attributes: ``filename``, ``line``, ``col`` (both 1-based, as editors and
+    compilers count; ``col`` is 0 when only the line is known) and ``hint`` (how
+    to fix it, may be empty). ``str(err)`` reads ``FILE:LINE:COL: message``
+    (``FILE:LINE: message`` without a column) followed by the hint.
     """
 
     def __init__(self, message: str, filename: str = "<unknown>", line: int = 0,
@@ -26,7 +27,7 @@ class DSLError(PolyadError):
         self.line = line
         self.col = col
         self.hint = hint
-        text = f"{filename}:{line}:{col}: {message}"
+        text = f"{filename}:{line}:{col}: {message}" if col else f"{filename}:{line}: {message}"
         if hint:
             text += f"\n  hint: {hint}"
         super().__init__(text)
@@ -53,7 +54,9 @@ class DTypeError(ArgumentError, TypeError):
 
 
 class CompileError(PolyadError):
-    """The C compiler failed on generated code; carries its message and the source path."""
+    """Building or loading the generated code failed: the C compiler is missing or failed
+    (its message and the source path are in the text), or a sanitized kernel cannot be
+    loaded into this process."""
 
 
 class TilingError(PolyadError):

@@ -418,12 +418,23 @@ def _bounds_error(kernel, st, ld, verb, d, bad: isl.Set, model: PolyModel, acces
     idx = [ir.eval_integer(i, env) for i in ld.index]
     ext = ir.eval_integer(kernel.array_type(ld.array).shape[d], env)
     where = ", ".join(f"{v} = {env[v]}" for v in st.loop_vars) or "its only iteration"
-    sizes = ", ".join(f"{s} = {env[s]}" for s in kernel.sizes)
+    index_params = [p for p in kernel.int_params
+                    if any(isinstance(x, ir.ScalarRef) and x.name == p
+                           for x in ir.walk(ld.index[d]))]
+    sizes = ", ".join(f"{s} = {env[s]}" for s in (*kernel.sizes, *index_params))
     msg = (f"{access} {verb} {ld.array}[{', '.join(map(str, idx))}] at {where}"
            f"{' when ' + sizes if sizes else ''}, outside dimension {d} of {ld.array!r} "
            f"(extent {ir.expr_str(kernel.array_type(ld.array).shape[d])} = {ext})")
-    hint = (f"declare a boundary mode on {ld.array!r}, such as pa.{kernel.array_type(ld.array)}"
-            f".clamped (or .zero, .circular, .mirror), or shrink the loop bounds")
+    mode = f"pa.{kernel.array_type(ld.array)}.clamped"
+    if index_params:
+        names = ", ".join(repr(p) for p in index_params)
+        hint = (f"the index depends on the integer parameter(s) {names}, which a caller may set "
+                f"to any value, so polyad cannot prove the access in bounds: declare a boundary "
+                f"mode on {ld.array!r}, such as {mode} (an index outside is clamped; .zero reads 0 "
+                f"and drops writes), or index with loop variables and sizes only")
+    else:
+        hint = (f"declare a boundary mode on {ld.array!r}, such as {mode} (or .zero, .circular, "
+                f".mirror), or shrink the loop bounds")
     return BoundsError(msg, kernel.filename, st.line, 0, hint)
 
 

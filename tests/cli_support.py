@@ -66,7 +66,12 @@ _ANNOTATION = re.compile(r"^<!--\s*test:\s*(.*?)\s*-->\s*$")
 
 def readme_blocks() -> list[Block]:
     """Every fenced block of README.md, in order."""
-    lines = README.read_text().split("\n")
+    return markdown_blocks(README)
+
+
+def markdown_blocks(path: Path) -> list[Block]:
+    """Every fenced block of the Markdown file ``path``, in order."""
+    lines = path.read_text().split("\n")
     blocks = []
     k = 0
     while k < len(lines):

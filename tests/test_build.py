@@ -212,6 +212,9 @@ def test_built_derivatives_return_what_pa_grad_returns(tmp_path, monkeypatch, rn
             else:
                 assert got[0] == pytest.approx(want[0], rel=1e-12)
                 np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
+            returns = mod[key].__doc__.splitlines()[-1]
+            assert returns.startswith("Returns: ") and returns == k.__doc__.splitlines()[-1]
+        assert repr(mod.d_lam).startswith("<polyad prebuilt grad kernel d_lam(g: f64[M, N]")
         assert mod.d_lam.raw(g, b, 0.3).shape == (1,)       # the IR-level output
     finally:
         sys.modules.pop(name, None)
@@ -325,3 +328,12 @@ def test_progress_on_failure_and_when_disabled():
         with p.step("a"):
             pass
     assert quiet.getvalue() == ""
+
+
+def test_prebuilt_kernels_have_signatures_docstrings_and_repr(built):
+    import inspect
+    mod = build.load(built)
+    assert str(inspect.signature(mod.tv_cost)) == \
+        "(g: f64[M, N].clamped, b: f64[M, N], lam: f64, *, M=None, N=None)"
+    assert repr(mod.tv_cost).startswith("<polyad compiled kernel tv_cost(g: f64[M, N].clamped")
+    assert "Returns: the returned float64 value." in inspect.getdoc(mod.tv_cost)

@@ -50,12 +50,13 @@ CASES = [
      'size N must be an integer, got True'),
     ('not_array', pa.DTypeError,
      lambda: axpy([1.0] * 5, x5.copy(), 1.0),
-     "axpy(): argument 'x' must be a numpy array of float64 with shape f64[N], got "
-     'list'),
+     "axpy(): argument 'x' must be a numpy array of float64 with shape f64[N] (or an object "
+     "implementing DLPack or the array interface), got list; convert it once: "
+     "np.asarray(x, dtype=np.float64)"),
     ('not_array_out', pa.DTypeError,
      lambda: two_outs(np.ones((2, 3)), None),
-     "two_outs(): argument 'lo' must be a numpy array of float64 with shape f64[M], "
-     'got NoneType'),
+     "two_outs(): argument 'lo' must be a numpy array of float64 with shape f64[M] (or an "
+     "object implementing DLPack or the array interface), got NoneType"),
     ('dtype', pa.DTypeError,
      lambda: axpy(x5.astype(np.float32), x5.copy(), 1.0),
      "axpy(): argument 'x' has dtype float32, expected float64 (polyad never converts "

@@ -304,8 +304,9 @@ def test_bench_without_the_suite_is_a_clear_error(polyad_cmd, tmp_path):
     env = cli_env()
     env["PYTHONPATH"] = str(site)
     p = run(polyad_cmd, "bench", cwd=tmp_path, env=env)
-    assert p.returncode == 1
+    assert p.returncode == 2
     assert "the benchmark suite (benchmarks/run.py) was not found" in p.stderr
+    assert "not with the wheel" in p.stderr
 
 
 def test_cache_info_and_clear(polyad_cmd, tmp_path):

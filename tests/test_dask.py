@@ -10,7 +10,6 @@ import dataclasses
 import os
 import subprocess
 import sys
-import threading
 
 import numpy as np
 import pytest
@@ -308,20 +307,29 @@ def test_tile_footprint_from_the_access_relations():
 # ---------------------------------------------------------------------------
 
 
-def test_openmp_thread_count_is_per_thread():
-    from polyad.runtime.threads import max_threads, num_threads
-    before = max_threads()
+def test_tiles_run_with_the_requested_openmp_threads(monkeypatch, rng):
+    """Each tile's kernel call runs under ``num_threads(omp_threads)`` in its own dask
+    thread: the limit the call sees is the one map_kernel was given."""
+    from polyad.runtime import threads
     seen = []
-    with num_threads(1):
-        assert max_threads() == 1
-        t = threading.Thread(target=lambda: seen.append(max_threads()))
-        t.start()
-        t.join()
-    assert seen == [before]           # another thread keeps its own count
-    assert max_threads() == before    # restored on exit
-    with pytest.raises(ValueError):
-        with num_threads(0):
-            pass
+    real = threads.begin_call
+
+    def spy():
+        seen.append(threads._local.limits[-1] if threads._local.limits else None)
+        return real()
+
+    monkeypatch.setattr(threads, "begin_call", spy)
+    k = blur
+    x = rng.standard_normal((12, 10))
+    f = rng.standard_normal(5)
+    xd = chunked(x, (5, 4))
+    pdask.map_kernel(k, xd, f, omp_threads=1).compute(scheduler="threads")
+    assert seen and set(seen) == {1}
+    seen.clear()
+    pdask.map_kernel(k, xd, f, omp_threads=2).compute(scheduler="threads")
+    assert set(seen) == {2}
+    with pytest.raises(pa.ArgumentError):
+        pdask.map_kernel(k, xd, f, omp_threads=0)
 
 
 def test_import_polyad_does_not_import_dask(repo_root):

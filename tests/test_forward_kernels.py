@@ -8,6 +8,7 @@ import pytest
 
 import polyad as pa
 from npref import python_erf, python_erfc, shifted
+from polyad.ir import Size
 
 M, N = pa.sizes("M N")
 (K,) = pa.sizes("K")
@@ -27,11 +28,25 @@ def close32(actual, expected):
 # ---------------------------------------------------------------------------
 
 
-def test_sizes_returns_tuples():
+def test_sizes_one_name_is_one_size_several_a_tuple():
     one = pa.sizes("Q")
-    assert isinstance(one, tuple) and len(one) == 1
+    assert isinstance(one, Size) and repr(one) == "Q"
+    (same,) = one                              # the 1-tuple spelling still unpacks
+    assert same is one
     two = pa.sizes("A B")
     assert isinstance(two, tuple) and len(two) == 2
+
+
+def test_kernel_on_a_single_size_compiles_and_runs():
+    Q = pa.sizes("Q")
+
+    @pa.kernel
+    def double(x: pa.f64[Q], y: pa.Out(pa.f64[Q])):
+        for i in range(Q):
+            y[i] = 2.0 * x[i]
+
+    x = np.arange(5.0)
+    np.testing.assert_array_equal(double(x), 2.0 * x)
 
 
 # ---------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import difflib
 import inspect
 import textwrap
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from ..ir import (Binary, Call, Const, DType, Expr, Load, Loop, LoopVar, ScalarR
                   SizeVar, Unary)
 from .common import (KernelBuilder, cast_to, const_value, intrinsic_arity_error, is_affine,
                      is_affine_condition, is_constant, make_binary, typed_intrinsic, weak_fix)
+from .sources import source_lines
 
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
            ast.Mod: "%", ast.Pow: "**"}
@@ -70,12 +72,7 @@ class _Source:
 
     @classmethod
     def of(cls, fn) -> "_Source":
-        try:
-            lines, start = inspect.getsourcelines(fn)
-        except (OSError, TypeError) as exc:
-            raise DSLError(f"cannot read the source of {getattr(fn, '__name__', fn)!r}: {exc}",
-                           getattr(getattr(fn, "__code__", None), "co_filename", "<unknown>"),
-                           hint="define kernels in a .py file (not in an interactive prompt)")
+        lines, start = source_lines(fn)
         raw = "".join(lines)
         text = textwrap.dedent(raw)
         indent = len(lines[0]) - len(lines[0].lstrip()) if lines else 0
@@ -87,7 +84,7 @@ class _Source:
 
     def error(self, node, message: str, hint: str = "", cls=DSLError) -> DSLError:
         line = getattr(node, "lineno", 1) + self.line_offset
-        col = getattr(node, "col_offset", 0) + self.col_offset
+        col = getattr(node, "col_offset", 0) + self.col_offset + 1  # ast counts from 0
         return cls(message, self.filename, line, col, hint)
 
     def line(self, node) -> int:
@@ -127,6 +124,13 @@ def _resolve_annotation(fn, name, ns, src: _Source, node):
 # --------------------------------------------------------------------------
 
 
+def did_you_mean(word: str, candidates) -> str:
+    """`` (did you mean 'x'?)`` for the closest of ``candidates``, or nothing."""
+    close = difflib.get_close_matches(word, [c for c in candidates if isinstance(c, str)], n=1,
+                                      cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
 class _ExprParser:
     """Converts Python expression ASTs into typed IR expressions."""
 
@@ -149,13 +153,16 @@ class _ExprParser:
         """The Python object an ``a.b.c`` or name expression refers to, or raise."""
         if isinstance(node, ast.Name):
             if node.id not in self.ns:
-                raise self.err(node, f"unknown name {node.id!r}",
+                raise self.err(node, f"unknown name {node.id!r}{did_you_mean(node.id, self.ns)}",
                                "define it at module level, pass it as a parameter, or fix the spelling")
             return self.ns[node.id]
         if isinstance(node, ast.Attribute):
+            self.array_query(node)
             base = self.global_value(node.value)
             if not hasattr(base, node.attr):
-                raise self.err(node, f"{ast.unparse(node.value)!s} has no attribute {node.attr!r}")
+                public = [a for a in dir(base) if not a.startswith("_")]
+                raise self.err(node, f"{ast.unparse(node.value)!s} has no attribute {node.attr!r}"
+                                     f"{did_you_mean(node.attr, public)}")
             return getattr(base, node.attr)
         raise self.err(node, f"cannot evaluate {ast.unparse(node)!r} here")
 
@@ -242,7 +249,11 @@ class _ExprParser:
         dt = ir.promote(a.dtype, b.dtype) if a.dtype != b.dtype else a.dtype
         return Select(cond, cast_to(a, dt), cast_to(b, dt), dt)
 
+    def array_query(self, node) -> None:
+        """Hook: raise a helpful error for ``len(x)`` / ``x.shape`` on a kernel array."""
+
     def x_Call(self, node):
+        self.array_query(node)
         if node.keywords:
             raise self.err(node, "keyword arguments are not supported in kernel calls")
         target = self.global_value(node.func) if isinstance(node.func, (ast.Name, ast.Attribute)) \
@@ -435,7 +446,8 @@ class _KernelParser(_ExprParser, KernelBuilder):
         if n == self.fn.__name__:
             raise self.err(node, f"recursive use of kernel {n!r}", "kernels cannot recurse")
         if n not in self.ns:
-            raise self.err(node, f"unknown name {n!r}",
+            known = [*self.ns, *self.arrays, *self.scalars, *self.locals, *self.loop_vars()]
+            raise self.err(node, f"unknown name {n!r}{did_you_mean(n, known)}",
                            "define it before use, pass it as a parameter, or fix the spelling")
         value = self.ns[n]
         if isinstance(value, ir.Size):
@@ -451,9 +463,40 @@ class _KernelParser(_ExprParser, KernelBuilder):
             return value.expr
         return self.constant(node, value)
 
+    def array_query(self, node) -> None:
+        """``len(x)``, ``x.shape[d]``, ``x.shape``, ``x.size``, ``x.ndim`` on an array: the
+        kernel's sizes are the way to say these; name the one that fits."""
+        if isinstance(node, ast.Subscript):
+            base, dim = node.value, node.slice
+        else:
+            base, dim = node, None
+        if (isinstance(base, ast.Call) and isinstance(base.func, ast.Name)
+                and base.func.id == "len" and len(base.args) == 1):
+            arr, what, dim = base.args[0], f"len({ast.unparse(base.args[0])})", ast.Constant(0)
+        elif isinstance(base, ast.Attribute) and base.attr in ("shape", "size", "ndim"):
+            arr, what = base.value, ast.unparse(node)
+        else:
+            return
+        if not isinstance(arr, ast.Name) or arr.id not in self.arrays:
+            return
+        at = self.arrays[arr.id]
+        extents = [ir.expr_str(e) for e in at.shape]
+        if isinstance(dim, ast.Constant) and isinstance(dim.value, int) and \
+                -at.ndim <= dim.value < at.ndim:
+            hint = f"use the size it stands for: {what} is {extents[dim.value]} here"
+        elif base is node and base.attr == "ndim":
+            hint = f"{arr.id} has {at.ndim} dimension(s)"
+        else:
+            hint = f"use the sizes: {arr.id} is declared {at!r}, shape ({', '.join(extents)})"
+        raise self.err(node, f"{what} is not available in kernels (array shapes are the "
+                             f"kernel's sizes)", hint)
+
     def subscript_expr(self, node: ast.Subscript) -> Expr:
+        self.array_query(node)
         if not isinstance(node.value, ast.Name) or node.value.id not in self.arrays:
-            raise self.err(node, f"{ast.unparse(node.value)!r} is not an array of this kernel",
+            base = ast.unparse(node.value)
+            raise self.err(node, f"{base!r} is not an array of this kernel"
+                                 f"{did_you_mean(base, self.arrays)}",
                            "only parameter arrays and pa.zeros/pa.empty temporaries can be indexed")
         name = node.value.id
         at = self.arrays[name]
@@ -541,6 +584,12 @@ class _KernelParser(_ExprParser, KernelBuilder):
             return  # docstring
         if self.kernel_call(s, s.value, None):
             return
+        call = s.value
+        if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and \
+                call.func.id == "print":
+            raise self.err(s, "print() is not supported in kernels (they run as compiled C)",
+                           "write the value into a pa.Out array (or return it) and print it "
+                           "after the call")
         raise self.err(s, "an expression statement has no effect in a kernel",
                        "assign the value to an array element or a local")
 

@@ -26,9 +26,11 @@ import cffi
 import islpy as isl
 import numpy as np
 
-from .. import ir
+from .. import callconv, ir
 from ..errors import ArgumentError, DTypeError, ShapeError
 from ..ir import SizeVar
+from . import threads
+from .arrays import as_array_argument
 from .toolchain import compile_c
 
 
@@ -212,8 +214,10 @@ class KernelFunction:
     Attributes: ``kernel`` (IR), ``signature`` (``CSignature``: the C parameters),
     ``requirements`` (size conditions checked before the call).
 
-    Inputs other than numpy arrays (DLPack, the array interface) would be one
-    more branch where a parameter's guard fails, before ``_check_array``.
+    Inputs other than numpy arrays (DLPack, the array interface, ndarray
+    subclasses) take one more branch where a parameter's guard fails:
+    ``as_array_argument`` views them as numpy arrays or refuses them, before
+    ``_check_array``.
     """
 
     def __init__(self, kernel: ir.Kernel, signature, requirements, param_names, ffi: cffi.FFI,
@@ -251,6 +255,9 @@ class KernelFunction:
         # so concurrent calls never share one): a fresh large array costs a page
         # fault per page on every call, more than the kernel itself for big images.
         self._buffers = threading.local()
+        self.__name__ = kernel.name
+        self.__signature__ = callconv.signature(kernel)
+        self.__doc__ = callconv.docstring(kernel)
 
     def _check_signature_layout(self) -> None:
         """The C parameters are the DSL parameters, sizes, temporaries, result, in order."""
@@ -359,6 +366,7 @@ class KernelFunction:
             v[slot] = n if type(n) is int else self._size_value(name, n)
         from_buffer = self._from_buffer
         cvals = []
+        viewed = None  # index -> the numpy view of a non-numpy array argument
         for spec, a in zip(self._specs, values):
             kind = spec.kind
             if kind == _ARRAY:
@@ -366,6 +374,10 @@ class KernelFunction:
                     cvals.append(None)  # allocated below
                     continue
                 if type(a) is not np.ndarray or a.dtype is not spec.dtype or a.ndim != spec.ndim:
+                    if type(a) is not np.ndarray:
+                        a = as_array_argument(self.kernel.name, spec.param, a)
+                        viewed = viewed or {}
+                        viewed[self._specs.index(spec)] = a
                     self._check_array(spec.param, a)
                 flags = a.flags
                 if not flags.c_contiguous or (spec.written and not flags.writeable):
@@ -379,6 +391,8 @@ class KernelFunction:
                 cvals.append(a)
                 if spec.value_slot >= 0:
                     v[spec.value_slot] = a
+        if viewed is not None:
+            values = tuple(viewed.get(i, a) for i, a in enumerate(values))
         # Sizes: the plan's steps, in _infer_sizes's order (which takes over where they fail).
         ok = plan.complete
         if ok:
@@ -432,7 +446,11 @@ class KernelFunction:
         if result is not None:
             result, pointer = self._result_cell()
             cvals.append(pointer)
-        self._fn(*cvals)
+        previous_threads = threads.begin_call()
+        try:
+            self._fn(*cvals)
+        finally:
+            threads.end_call(previous_threads)
         if self._out_indices:
             outs = [values[i] for i in self._out_indices]
             if result is not None:
@@ -513,9 +531,6 @@ class KernelFunction:
 
     def _check_array(self, p: ir.Param, a) -> None:
         k = self.kernel
-        if not isinstance(a, np.ndarray):
-            raise DTypeError(f"{k.name}(): argument {p.name!r} must be a numpy array of "
-                             f"{p.type.dtype.np_name} with shape {p.type!r}, got {type(a).__name__}")
         if a.dtype != p.type.dtype.np:
             raise DTypeError(f"{k.name}(): argument {p.name!r} has dtype {a.dtype}, expected "
                              f"{p.type.dtype.np_name} (polyad never converts silently: pass "
@@ -599,6 +614,9 @@ class KernelFunction:
                 if other != w and np.may_share_memory(arrays[w], arrays[other]):
                     raise ShapeError(f"{self.kernel.name}(): output {w!r} shares memory with "
                                      f"{other!r}; pass separate arrays (e.g. {other}.copy())")
+
+    def __repr__(self) -> str:
+        return f"<polyad compiled kernel {self.kernel.name}{self.__signature__}>"
 
 
 class CompiledKernel(KernelFunction):

@@ -41,7 +41,14 @@ def cache_dir() -> Path:
 
 @functools.lru_cache(maxsize=None)
 def c_compiler() -> str:
-    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc")
+    """The C compiler: ``$CC`` (read once per process), else ``cc`` or ``gcc`` on the PATH."""
+    env = os.environ.get("CC")
+    if env:
+        if not shutil.which(env):
+            raise CompileError(f"$CC is {env!r}, which is not an executable program: set CC to "
+                               f"a C compiler with OpenMP (e.g. CC=gcc) or unset it")
+        return env
+    cc = shutil.which("cc") or shutil.which("gcc")
     if not cc:
         raise CompileError("no C compiler found: install gcc (with OpenMP) or set $CC")
     return cc
@@ -76,6 +83,8 @@ def compile_c(source: str, name: str, sanitize: str | None = None) -> Path:
     Raises CompileError with the compiler's message and the path of the
     kept source file when the compiler fails.
     """
+    if sanitize == "address":
+        require_asan_runtime()
     cc = c_compiler()
     flags = BASE_FLAGS + (SANITIZE_FLAGS[sanitize] if sanitize else ())
     key = hashlib.sha256("\0".join((source, cc, _compiler_identity(cc)) + flags)
@@ -95,7 +104,12 @@ def compile_c(source: str, name: str, sanitize: str | None = None) -> Path:
     cmd = [cc, *flags, "-o", tmp_lib, str(src), "-lm"]
     log.debug("compiling: %s", " ".join(cmd))
     start = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=_compiler_environment())
+    except OSError as exc:
+        os.unlink(tmp_lib)
+        raise CompileError(f"cannot run the C compiler {cc!r}: {exc}; set CC to a C compiler "
+                           f"with OpenMP (e.g. CC=gcc)") from None
     if proc.returncode != 0:
         os.unlink(tmp_lib)
         raise CompileError(
@@ -105,6 +119,40 @@ def compile_c(source: str, name: str, sanitize: str | None = None) -> Path:
     os.replace(tmp_lib, lib)
     log.info("compiled %s in %.2f s -> %s", name, time.perf_counter() - start, lib)
     return lib
+
+
+def _compiler_environment() -> dict:
+    """This process's environment without a preloaded sanitizer runtime: a process
+    started with ``LD_PRELOAD=libasan.so`` (as sanitized kernels need) must not pass
+    it to the compiler, whose own exit LeakSanitizer would then fail."""
+    env = dict(os.environ)
+    preload = env.get("LD_PRELOAD")
+    if preload:
+        kept = [p for p in re.split(r"[\s:]+", preload) if p and "san" not in os.path.basename(p)]
+        if kept:
+            env["LD_PRELOAD"] = ":".join(kept)
+        else:
+            del env["LD_PRELOAD"]
+    return env
+
+
+ASAN_COMMAND = ("LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 "
+                "python your_script.py")
+
+
+def require_asan_runtime() -> None:
+    """Raise CompileError unless the ASan runtime is loaded in this process: loading an
+    ASan-instrumented library otherwise aborts the whole process ("ASan runtime does
+    not come first")."""
+    try:
+        with open("/proc/self/maps") as maps:
+            loaded = any("libasan" in line or "libclang_rt.asan" in line for line in maps)
+    except OSError:  # not Linux: let the loader decide
+        return
+    if not loaded:
+        raise CompileError("sanitize='address' needs the AddressSanitizer runtime loaded first, "
+                           "when the process starts (loading the kernel now would abort the "
+                           f"process): run it as\n  {ASAN_COMMAND}")
 
 
 def read_cached(name: str, key: str, suffix: str) -> bytes | None:
