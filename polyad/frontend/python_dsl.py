@@ -277,7 +277,7 @@ class _ExprParser:
                 return cast_to(args[0], dt)
             except OverflowError:
                 raise self.err(node, f"{ast.unparse(node)!r}: the constant "
-                                     f"{args[0].value} does not fit in {dt.name}",
+                                     f"{args[0].value} does not fit in {dt.np_name}",
                                "use a smaller constant") from None
         name = None
         if isinstance(target, Intrinsic):
@@ -302,7 +302,7 @@ class _ExprParser:
                 big = e
         if big is not None:
             raise self.err(node, f"the integer constant {big.value} in {ast.unparse(node)!r} "
-                                 f"does not fit in {dt.name if dt != ir.boolean else 'int64'}",
+                                 f"does not fit in {dt.np_name if dt != ir.boolean else 'int64'}",
                            "integer arithmetic is 64-bit; write a float (1e20) or a smaller "
                            "constant")
 
