@@ -14,12 +14,15 @@ import json
 import os
 import selectors
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SELFTEST_CRASH = "POLYAD_FUZZ_SELFTEST_CRASH"   # seed whose worker segfaults on purpose
+SELFTEST_HANG = "POLYAD_FUZZ_SELFTEST_HANG"     # seed whose worker hangs on purpose
 START = "FUZZ-START "
 DONE = "FUZZ-RESULT "
 
@@ -37,6 +40,10 @@ def worker(seeds, full: bool, sanitize) -> None:
     try:
         for seed in seeds:
             print(START + str(seed), flush=True)
+            if os.environ.get(SELFTEST_CRASH) == str(seed):   # the supervisor's own test
+                os.kill(os.getpid(), signal.SIGSEGV)
+            if os.environ.get(SELFTEST_HANG) == str(seed):
+                time.sleep(3600)
             opts = {"grads": True, "use_jax": True, "deterministic": True} if full else plan(seed)
             if sanitize:
                 opts["deterministic"] = False
