@@ -217,7 +217,7 @@ class Store:
     def lines(self, ind, ref):
         if ref:
             return [f"{ind}L.wr({self.arr.name}, {self.arr.mode!r}, "
-                    f"({', '.join(i.dsl() for i in self.idx)},), {self.op!r}, {self.value.ref()})"]
+                    f"({', '.join(i.dsl() for i in self.idx)},), {self.op!r}, lambda: {self.value.ref()})"]
         return [f"{ind}{self.arr.name}[{', '.join(i.dsl() for i in self.idx)}] {self.op} "
                 f"{self.value.dsl()}"]
 

@@ -55,6 +55,8 @@ class _Lib:
         return arr[tuple(pos)]
 
     def wr(self, arr, mode, idx, op, value):
+        """``arr[idx] op= value()``; a write a ``.zero`` array drops is not evaluated
+        (polyad restricts the statement's domain to the kept writes)."""
         pos = []
         for i, n in zip(idx, arr.shape):
             j = mode_index(i, n, mode)
@@ -62,6 +64,7 @@ class _Lib:
                 return
             pos.append(j)
         pos = tuple(pos)
+        value = value()
         if op == "=":
             arr[pos] = value
         elif op == "+=":

@@ -47,6 +47,7 @@ def worker(seeds, full: bool, sanitize) -> None:
             opts = {"grads": True, "use_jax": True, "deterministic": True} if full else plan(seed)
             if sanitize:
                 opts["deterministic"] = False
+                opts["use_jax"] = False    # jaxlib does not run under an ASan preload
             start = time.perf_counter()
             result = check_case(generate(seed), workdir, sanitize=sanitize, **opts).as_dict()
             result["seconds"] = round(time.perf_counter() - start, 3)
