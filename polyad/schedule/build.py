@@ -353,39 +353,17 @@ def _isl_schedule(model: PolyModel, deps: Dependences) -> Optional[isl.Schedule]
         ctx.reset_operations()
 
 
-# ISL operations allowed for building the AST with separate loops per boundary
-# piece; many pieces (a 2-D mirror stencil with large offsets) can make
-# separation explode, and then the AST is built without it.
-SEPARATION_QUOTA = 5_000_000
-
-
 def _candidate(schedule: isl.Schedule, kernel: ir.Kernel, model: PolyModel,
                deps: Dependences) -> ScheduleCandidate:
     """The AST of ``schedule`` with the dependence test's facts on every loop."""
-    ctx = model.context.get_ctx()
-    ctx.reset_operations()
-    ctx.set_max_operations(SEPARATION_QUOTA)
-    try:
-        ast, loops = _ast_of(_separate_loops(schedule), kernel, model, deps)
-    except isl.Error:
-        ast = None
-    finally:
-        ctx.set_max_operations(0)
-        ctx.reset_operations()
-    if ast is None:
-        ast, loops = _ast_of(schedule, kernel, model, deps)
-    return ScheduleCandidate(kernel, schedule, ast, loops)
-
-
-def _ast_of(schedule: isl.Schedule, kernel: ir.Kernel, model: PolyModel, deps: Dependences):
     analysis = _LoopAnalysis(kernel, model, deps)
     build = isl.AstBuild.from_context(model.context)
     build, handle = build.set_after_each_for(analysis)
-    ast = build.node_from_schedule(schedule)
+    ast = build.node_from_schedule(_separate_loops(schedule))
     del handle
     if analysis.error is not None:
         raise analysis.error
-    return ast, analysis.loops
+    return ScheduleCandidate(kernel, schedule, ast, analysis.loops)
 
 
 def _separate_loops(schedule: isl.Schedule) -> isl.Schedule:
