@@ -33,6 +33,32 @@ class DSLError(PolyadError):
         super().__init__(text)
 
 
+def user_location() -> tuple[str, int]:
+    """File and line of the innermost caller outside the polyad package (where the user
+    wrote the construct being checked), for errors raised while Python evaluates it."""
+    import os
+    import sys
+    here = os.path.dirname(os.path.abspath(__file__))
+    frame = sys._getframe(1)
+    while frame is not None and (frame.f_code.co_filename == "<string>" or  # dataclass __init__
+                                 os.path.abspath(frame.f_code.co_filename).startswith(here)):
+        frame = frame.f_back
+    if frame is None:
+        return "<unknown>", 0
+    return frame.f_code.co_filename, frame.f_lineno
+
+
+class TypeSpecError(DSLError, AttributeError, TypeError):
+    """A malformed type annotation (``pa.f64[N * N]``, ``pa.f64[N].reflect``, ``pa.Out(pa.f64)``).
+
+    Raised while Python evaluates the annotation, so it is also an
+    ``AttributeError``/``TypeError`` where Python code expects one of those."""
+
+    def __init__(self, message: str, hint: str = ""):
+        filename, line = user_location()
+        super().__init__(message, filename, line, 0, hint)
+
+
 class BoundsError(DSLError):
     """An access to an array without boundary mode may fall outside the array."""
 

@@ -21,7 +21,7 @@ from typing import Callable, Iterator, Optional, Union
 
 import numpy as np
 
-from .errors import InternalError
+from .errors import InternalError, TypeSpecError
 
 # --------------------------------------------------------------------------
 # dtypes
@@ -49,7 +49,14 @@ class DType:
     def __getitem__(self, shape) -> "ArrayType":
         if not isinstance(shape, tuple):
             shape = (shape,)
-        return ArrayType(self, tuple(as_extent(s) for s in shape))
+        extents = tuple(as_extent(s) for s in shape)
+        for e in extents:
+            if not is_affine_extent(e):
+                raise TypeSpecError(
+                    f"array extent {expr_str(e)} of {self.name}[...] is not affine in the sizes",
+                    "extents are sums of sizes times integer constants plus a constant, like "
+                    "2 * N + 1; pass a flattened size as its own symbol, e.g. NN = pa.sizes('NN')")
+        return ArrayType(self, extents)
 
 
 f32 = DType("f32", "float", "float32", True, 32)
@@ -62,13 +69,15 @@ DTYPES = {d.name: d for d in (f32, f64, i32, i64)}
 
 def promote(a: DType, b: DType) -> DType:
     """Result type of a binary arithmetic operation (numpy-like, bool counts as int)."""
-    if a == b:
-        return a if a != boolean else i64
+    if a == b and a.is_float:
+        return a
     if a.is_float or b.is_float:
         if a.is_float and b.is_float:
             return a if a.bits >= b.bits else b
         return a if a.is_float else b
-    return i64 if (a == i64 or b == i64 or a == boolean or b == boolean) else i32
+    # Integer arithmetic is 64-bit whatever the operands' width: ``n * n`` of an
+    # i32 parameter must not wrap at 46341 (C would do it in 32-bit int).
+    return i64
 
 
 # --------------------------------------------------------------------------
@@ -270,6 +279,14 @@ class ArrayType:
     mirror = property(lambda self: self._with_mode("mirror"))
     zero = property(lambda self: self._with_mode("zero"))
 
+    def __getattr__(self, name):
+        # only called for names the class does not have: an unknown boundary mode
+        if name.startswith("_"):
+            raise AttributeError(name)
+        raise TypeSpecError(f"unknown boundary mode {name!r} of {self!r}",
+                            f"choose one of {', '.join('.' + m for m in BOUNDARY_MODES)}, "
+                            f"or none (accesses proved in bounds)")
+
     def __repr__(self) -> str:
         dims = ", ".join(expr_str(s) for s in self.shape)
         return f"{self.dtype.name}[{dims}]" + (f".{self.mode}" if self.mode else "")
@@ -280,6 +297,13 @@ class Out:
     """``pa.Out(pa.f64[M, N])``: an array the kernel writes (allocated when omitted)."""
 
     type: ArrayType
+
+    def __post_init__(self):
+        if not isinstance(self.type, ArrayType):
+            raise TypeSpecError(f"pa.Out() takes an array type such as pa.f64[N], got "
+                                f"{self.type!r}",
+                                "a scalar result is returned instead: def k(...) -> pa.f64: "
+                                "... return value")
 
 
 @dataclass(frozen=True)
@@ -312,7 +336,25 @@ def as_extent(value) -> Expr:
         return value
     if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
         return Const(int(value), i64)
-    raise TypeError(f"array extents must be sizes or integers, got {value!r}")
+    raise TypeSpecError(f"array extents must be sizes or integers, got {value!r} "
+                        f"({type(value).__name__})",
+                        "write extents like N, 2 * N + 1 or 16 (integers and pa.sizes symbols)")
+
+
+def is_affine_extent(e: Expr) -> bool:
+    """Affine in sizes with integer coefficients (what an ISL parameter expression can be)."""
+    if isinstance(e, Const):
+        return not e.dtype.is_float
+    if isinstance(e, SizeVar):
+        return True
+    if isinstance(e, Binary) and e.op in ("+", "-"):
+        return is_affine_extent(e.a) and is_affine_extent(e.b)
+    if isinstance(e, Binary) and e.op == "*":
+        return (isinstance(e.a, Const) and is_affine_extent(e.b)) or \
+            (isinstance(e.b, Const) and is_affine_extent(e.a))
+    if isinstance(e, Binary) and e.op == "//":
+        return isinstance(e.b, Const) and int(e.b.value) > 0 and is_affine_extent(e.a)
+    return False
 
 
 # --------------------------------------------------------------------------

@@ -35,10 +35,14 @@ _TYPED_HELPERS = {
     "min": "{q} {t} pa_min_{n}({t} a, {t} b) {{ return b < a ? b : a; }}",
     "max": "{q} {t} pa_max_{n}({t} a, {t} b) {{ return b > a ? b : a; }}",
     "rsqrt": "{q} {t} pa_rsqrt_{n}({t} x) {{ return ({t})1 / sqrt{f}(x); }}",
+    # Integer // and % by 0 give 0 (numpy's result) instead of trapping the process;
+    # b == -1 avoids the INT_MIN / -1 trap (the quotient wraps like numpy's).
     "floordiv": ("{q} {t} pa_floordiv_{n}({t} a, {t} b) "
-                 "{{ {t} q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }}"),
+                 "{{ if (b == 0) return 0; if (b == -1) return ({t})(0u - (uint64_t)a); "
+                 "{t} q = a / b; return (q * b != a && ((a < 0) != (b < 0))) ? q - 1 : q; }}"),
     "mod": ("{q} {t} pa_mod_{n}({t} a, {t} b) "
-            "{{ {t} r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }}"),
+            "{{ if (b == 0 || b == -1) return 0; "
+            "{t} r = a % b; return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }}"),
     "fmod": ("{q} {t} pa_mod_{n}({t} a, {t} b) "
              "{{ {t} r = fmod{f}(a, b); return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r; }}"),
     "ffloordiv": "{q} {t} pa_floordiv_{n}({t} a, {t} b) {{ return floor{f}(a / b); }}",
@@ -167,6 +171,10 @@ class CPrinter:
         if op in ir.COMPARE_OPS:
             p = 4 if op in ("==", "!=") else 5
             return f"{self.expr(e.a, env, p + 1)} {op} {self.expr(e.b, env, p + 1)}", p
+        if not dt.is_float and (e.a.dtype != dt or e.b.dtype != dt):
+            # integer arithmetic is done in the result's (64-bit) type: C would do
+            # int32 * int32 in 32 bits and wrap
+            e = Binary(op, _widen(e.a, dt), _widen(e.b, dt), dt)
         if op in ("+", "-"):
             return f"{self.expr(e.a, env, 6)} {op} {self.expr(e.b, env, 7)}", 6
         if op in ("*", "/"):
@@ -267,3 +275,10 @@ AST_HELPERS = (
     "static inline int64_t pa_ifloord(int64_t a, int64_t b) "
     "{ return (a >= 0) ? a / b : -((-a + b - 1) / b); }"
 )
+
+
+def _widen(e: Expr, dt: ir.DType) -> Expr:
+    """``e`` converted to the integer type ``dt`` of the operation it is an operand of."""
+    if e.dtype == dt or e.dtype == ir.boolean:
+        return e
+    return Const(int(e.value), dt) if isinstance(e, Const) else ir.Cast(e, dt)

@@ -57,10 +57,28 @@ def make_binary(op: str, a: Expr, b: Expr) -> Expr:
     if op == "**" and not dt.is_float and not (isinstance(b, Const) and b.value >= 0):
         dt = ir.f64
     weak = isinstance(a, Const) and a.weak and isinstance(b, Const) and b.weak
-    if weak and op in ("+", "-", "*") and isinstance(a.value, (int, float)):
-        val = {"+": a.value + b.value, "-": a.value - b.value, "*": a.value * b.value}[op]
-        return Const(val, dt, True)
+    if weak and op in _FOLD and isinstance(a.value, (int, float)):
+        # Python's own arithmetic (arbitrary-precision integers): ``10 ** 20`` is
+        # exact here; whether it fits the type it ends up in is checked where it
+        # gets one (cast_to's OverflowError, int_constant_overflow).
+        val = _FOLD[op](a.value, b.value)
+        return Const(val, ir.f64 if isinstance(val, float) else dt, True)
     return Binary(op, a, b, dt)
+
+
+_FOLD = {"+": lambda x, y: x + y, "-": lambda x, y: x - y, "*": lambda x, y: x * y,
+         "/": lambda x, y: x / y, "//": lambda x, y: x // y, "%": lambda x, y: x % y,
+         "**": lambda x, y: x ** y}
+INT64_MIN, INT64_MAX = -2 ** 63, 2 ** 63 - 1
+
+
+def int_constant_overflow(e: Expr) -> Optional[Const]:
+    """The first integer literal in ``e`` that does not fit in 64 bits, if any."""
+    for x in ir.walk(e):
+        if isinstance(x, Const) and not x.dtype.is_float and x.dtype != ir.boolean \
+                and not INT64_MIN <= int(x.value) <= INT64_MAX:
+            return x
+    return None
 
 
 def cast_to(e: Expr, dt: DType) -> Expr:
@@ -68,6 +86,7 @@ def cast_to(e: Expr, dt: DType) -> Expr:
     if e.dtype == dt:
         return e
     if isinstance(e, Const):
+        # float(huge int) raises OverflowError: the frontend reports it at its node
         return Const(float(e.value) if dt.is_float else int(e.value), dt)
     return Cast(e, dt)
 

@@ -27,7 +27,8 @@ from ..intrinsics import PYTHON_ALIASES, Intrinsic
 from ..ir import (Binary, Call, Const, DType, Expr, Load, Loop, LoopVar, ScalarRef, Select,
                   SizeVar, Unary)
 from .common import (KernelBuilder, cast_to, const_value, intrinsic_arity_error, is_affine,
-                     is_affine_condition, is_constant, make_binary, typed_intrinsic, weak_fix)
+                     int_constant_overflow, is_affine_condition, is_constant, make_binary,
+                     typed_intrinsic, weak_fix)
 from .sources import source_lines
 
 _BINOPS = {ast.Add: "+", ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//",
@@ -219,7 +220,19 @@ class _ExprParser:
         if op is None:
             raise self.err(node, f"operator {type(node.op).__name__} is not supported in kernels",
                            "use + - * / // % **")
-        return make_binary(op, self.expr(node.left), self.expr(node.right))
+        left, right = self.expr(node.left), self.expr(node.right)
+        if op in ("//", "%") and isinstance(right, Const) and right.value == 0:
+            raise self.err(node, f"{'integer division' if op == '//' else 'modulo'} by zero "
+                                 f"in {ast.unparse(node)!r}",
+                           "the divisor is the literal 0; divide by a nonzero value")
+        try:
+            return make_binary(op, left, right)
+        except ZeroDivisionError:
+            raise self.err(node, f"division by zero in {ast.unparse(node)!r}",
+                           "the divisor is a constant that evaluates to 0") from None
+        except OverflowError:
+            raise self.err(node, f"{ast.unparse(node)!r} overflows a float",
+                           "constants must fit in a float64") from None
 
     def x_BoolOp(self, node):
         op = "and" if isinstance(node.op, ast.And) else "or"
@@ -268,8 +281,15 @@ class _ExprParser:
             if len(args) != 1:
                 raise self.err(node, "a conversion takes exactly one argument")
             dt = ir.f64 if target is float else ir.i64 if target is int else target
+            if isinstance(args[0], Const) and not args[0].dtype.is_float and not dt.is_float:
+                self.check_fits(node, args[0], dt)
             # int() truncates toward zero in Python and in C alike.
-            return cast_to(args[0], dt)
+            try:
+                return cast_to(args[0], dt)
+            except OverflowError:
+                raise self.err(node, f"{ast.unparse(node)!r}: the constant "
+                                     f"{args[0].value} does not fit in {dt.np_name}",
+                               "use a smaller constant") from None
         name = None
         if isinstance(target, Intrinsic):
             name = target.name
@@ -282,6 +302,20 @@ class _ExprParser:
             return self.func_call(node, target, args)
         raise self.err(node, f"call of unknown function {ast.unparse(node.func)!r}",
                        "kernels can call intrinsics (pa.exp, abs, min, ...) and @pa.func functions")
+
+    def check_fits(self, node, e: Expr, dt: DType = ir.i64) -> None:
+        """DSLError when an integer literal in ``e`` does not fit the 64-bit integer type."""
+        big = int_constant_overflow(e)
+        if big is None and isinstance(e, Const) and not e.dtype.is_float and dt != ir.boolean \
+                and dt.np is not None and not dt.is_float:
+            info = np.iinfo(dt.np)
+            if not info.min <= int(e.value) <= info.max:
+                big = e
+        if big is not None:
+            raise self.err(node, f"the integer constant {big.value} in {ast.unparse(node)!r} "
+                                 f"does not fit in {dt.np_name if dt != ir.boolean else 'int64'}",
+                           "integer arithmetic is 64-bit; write a float (1e20) or a smaller "
+                           "constant")
 
     def intrinsic_call(self, node, name, args) -> Expr:
         problem = intrinsic_arity_error(name, len(args))
@@ -561,6 +595,14 @@ class _KernelParser(_ExprParser, KernelBuilder):
 
     # ---- statements ---------------------------------------------------
     def emit(self, node, target, op, value: Expr):
+        self.check_fits(node, value)
+        try:
+            value = cast_to(value, target.dtype)
+        except OverflowError:
+            raise self.err(node, f"the constant {value.value} does not fit in "
+                                 f"{target.dtype.np_name}", "use a smaller constant") from None
+        if isinstance(value, Const) and not value.dtype.is_float:
+            self.check_fits(node, value, value.dtype)
         self.emit_statement(target, op, value, self.src.line(node), self.src.segment(node))
 
     def block(self, stmts):
@@ -722,7 +764,13 @@ class _KernelParser(_ExprParser, KernelBuilder):
         if var in self.loop_vars() or var in self.arrays or var in self.scalars or var in self.locals:
             raise self.err(s.target, f"loop variable {var!r} shadows another name",
                            "use a fresh name for the loop variable")
+        if var in self.sizes or isinstance(self.ns.get(var), ir.Size):
+            raise self.err(s.target, f"loop variable {var!r} shadows the size {var!r}",
+                           "use a fresh name for the loop variable (sizes are symbols of the "
+                           "whole kernel)")
         args = [self.expr(a) for a in it.args]
+        for a, a_node in zip(args, it.args):
+            self.check_fits(a_node, a)
         ip = frozenset(n for n, d in self.scalars.items() if not d.is_float)
         for a, a_node in zip(args, it.args):
             if a.dtype.is_float or not is_affine(a, ip):
@@ -750,6 +798,7 @@ class _KernelParser(_ExprParser, KernelBuilder):
 
     def s_If(self, s):
         cond = self.expr(s.test)
+        self.check_fits(s.test, cond)
         ip = frozenset(n for n, d in self.scalars.items() if not d.is_float)
         outer = self.scope
         affine = is_affine_condition(cond, ip)

@@ -31,7 +31,7 @@ from ..errors import ArgumentError, DTypeError, ShapeError
 from ..ir import SizeVar
 from . import threads
 from .arrays import as_array_argument
-from .toolchain import compile_c
+from .toolchain import load_library
 
 
 def _solve_extent(e: ir.Expr, value: int, sizes: dict) -> Optional[tuple[str, int]]:
@@ -628,14 +628,11 @@ class CompiledKernel(KernelFunction):
     def __init__(self, kernel: ir.Kernel, source: str, signature, requirements, param_names,
                  sanitize: Optional[str] = None):
         self.source = source
-        self.library = compile_c(source, signature.name, sanitize)
         ffi = cffi.FFI()
         ffi.cdef(c_prototype(signature))
-        # Never unmapped: OpenMP worker threads may still spin in libgomp (loaded
-        # for this library) when the interpreter exits and frees the handle.
-        self._lib = ffi.dlopen(str(self.library), ffi.RTLD_NOW | ffi.RTLD_NODELETE)
-        super().__init__(kernel, signature, requirements, param_names, ffi,
-                         getattr(self._lib, signature.name))
+        self.library, self._lib, fn = load_library(source, signature.name, sanitize, ffi,
+                                                   signature.name)
+        super().__init__(kernel, signature, requirements, param_names, ffi, fn)
 
 
 def c_prototype(signature) -> str:

@@ -9,6 +9,7 @@ processes compiling the same kernel at once both succeed.
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import logging
@@ -18,6 +19,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 from ..errors import CompileError
@@ -29,13 +31,30 @@ SANITIZE_FLAGS = {"address": ("-fsanitize=address", "-fno-omit-frame-pointer", "
 
 
 def cache_dir() -> Path:
+    """The cache directory; an unusable one (under a file, unwritable) is replaced by a
+    private temporary directory for this process, with a warning naming POLYAD_CACHE_DIR."""
     env = os.environ.get("POLYAD_CACHE_DIR")
     if env:
         path = Path(env)
     else:
         base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
         path = Path(base) / "polyad"
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise PermissionError(f"{path} is not writable")
+    except OSError as exc:
+        return _fallback_cache_dir(str(path), str(exc))
+    return path
+
+
+@functools.lru_cache(maxsize=None)
+def _fallback_cache_dir(wanted: str, reason: str) -> Path:
+    path = Path(tempfile.mkdtemp(prefix="polyad-cache-"))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    warnings.warn(f"polyad: cannot use the cache directory {wanted} ({reason}); compiled kernels "
+                  f"go to {path} for this process. Set POLYAD_CACHE_DIR to a writable "
+                  f"directory.", RuntimeWarning, stacklevel=4)
     return path
 
 
@@ -77,9 +96,35 @@ def _compiler_identity(cc: str) -> str:
     return identity
 
 
-def compile_c(source: str, name: str, sanitize: str | None = None) -> Path:
+def load_library(source: str, name: str, sanitize: str | None, ffi, symbol: str):
+    """Compile (cached) and ``dlopen`` ``source``; returns (path, library, function ``symbol``).
+
+    A cache entry that does not load or lacks the kernel's symbol (truncated,
+    empty, garbage or another library under this name) is deleted and rebuilt.
+    """
+    for attempt in (0, 1):
+        path = compile_c(source, name, sanitize, rebuild=attempt == 1)
+        try:
+            with open(path, "rb") as f:
+                if f.read(4) != b"\x7fELF":
+                    raise OSError("not an ELF shared library")
+            # Never unmapped: OpenMP worker threads may still spin in libgomp (loaded
+            # for this library) when the interpreter exits and frees the handle.
+            lib = ffi.dlopen(str(path), ffi.RTLD_NOW | ffi.RTLD_NODELETE)
+            return path, lib, getattr(lib, symbol)
+        except (OSError, AttributeError) as exc:
+            if attempt == 1:
+                raise CompileError(f"the freshly built library {path} for kernel {name!r} does "
+                                   f"not load: {exc}") from exc
+            log.warning("cache entry %s is unusable (%s); rebuilding it", path, exc)
+    raise AssertionError("unreachable")
+
+
+def compile_c(source: str, name: str, sanitize: str | None = None,
+              rebuild: bool = False) -> Path:
     """Compile ``source`` to a shared library (cached) and return its path.
 
+    ``rebuild=True`` ignores (and replaces) an existing cache entry.
     Raises CompileError with the compiler's message and the path of the
     kept source file when the compiler fails.
     """
@@ -91,7 +136,7 @@ def compile_c(source: str, name: str, sanitize: str | None = None) -> Path:
                          .encode()).hexdigest()[:24]
     directory = cache_dir()
     lib = directory / f"{name}_{key}.so"
-    if lib.exists():
+    if lib.exists() and not rebuild:
         log.debug("cache hit %s", lib)
         return lib
     src = directory / f"{name}_{key}.c"

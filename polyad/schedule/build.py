@@ -278,6 +278,10 @@ def schedule_kernel(kernel: ir.Kernel,
     model = PolyModel(kernel)
     with clock.stage("boundary pieces", n):
         split = split_boundary_pieces(kernel, model)
+    with clock.stage("bounds", len(split.statements)):
+        # Bounds are proved on the program as written: a transformation (dead-code
+        # elimination first of all) must not hide an out-of-bounds access from the user.
+        written_requirements = check_bounds(split, model.for_kernel(split))
     with clock.stage("dead statements", len(split.statements)):
         split, dead = remove_dead_statements(split, model)
     with clock.stage("expansion", len(split.statements)):
@@ -289,7 +293,9 @@ def schedule_kernel(kernel: ir.Kernel,
     n = len(split.statements)
     model = model.for_kernel(split)
     with clock.stage("bounds", n):
-        requirements: list[SizeRequirement] = check_bounds(split, model)
+        requirements: list[SizeRequirement] = written_requirements + [
+            r for r in check_bounds(split, model)
+            if all(r.message != w.message for w in written_requirements)]
     with clock.stage("dependences", n):
         # Scalars are private or reductions; which one only their flow decides.
         deps = dependences(model, flow_only=frozenset(n for n, _ in split.locals))

@@ -1,0 +1,393 @@
+"""Check one generated case: compiled polyad vs the independent reference.
+
+``check_case(case, workdir, ...)`` returns a ``Result``: ``status`` is
+``ok``, ``fail`` (a disagreement or a crash-free exception that is polyad's
+fault), or ``unsupported`` (polyad refused the program with a clear
+``PolyadError`` at definition or compile time; counted and reported, not a
+failure). Size sets at which polyad refuses to run with a ``PolyadError``
+("sizes too small") are counted as ``size_rejected``.
+
+Checks: (a) values vs the reference at several size sets (sizes 0, 1, 2 and
+small odd ones), at 1 and 2 OpenMP threads; (b) the vjp of every float
+input vs central finite differences of the compiled primal (float64,
+random directions) and vs ``jax.grad`` of the reference; (c) the
+``deterministic=True`` build: bitwise the same at 1 and 2 threads; (d) under
+ASan when ``sanitize`` is set (the process must run with libasan preloaded).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import importlib.util
+import os
+import sys
+import traceback
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .gen import Case
+from .oracle import FloatLib, GeneratorBug, JaxLib, Undefined, load_reference, run_reference
+
+_GOMP = None
+
+
+def set_threads(n: int) -> None:
+    """Set the OpenMP thread count of this process's libgomp (shared with every kernel)."""
+    global _GOMP
+    if _GOMP is None:
+        _GOMP = ctypes.CDLL(ctypes.util.find_library("gomp") or "libgomp.so.1")
+    _GOMP.omp_set_num_threads(int(n))
+
+
+@dataclass
+class Result:
+    seed: int
+    status: str = "ok"
+    stage: str = ""
+    message: str = ""
+    size_rejected: int = 0
+    checks: list = field(default_factory=list)
+    features: list = field(default_factory=list)
+
+    def as_dict(self):
+        return dict(self.__dict__)
+
+
+class Mismatch(AssertionError):
+    pass
+
+
+def load_kernel(case: Case, workdir: str):
+    """Write the case's module to ``workdir`` and import it (polyad reads the file's source)."""
+    path = os.path.join(workdir, f"fz_case_{case.seed}.py")
+    with open(path, "w") as f:
+        f.write(case.dsl)
+    name = f"fz_case_{case.seed}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    spec.loader.exec_module(mod)
+    return mod.fz_kernel
+
+
+def _np_dtype(case):
+    return np.float32 if case.dtype == "f32" else np.float64
+
+
+def _extent(arr, d, sizes):
+    A, B = arr.ext[d]
+    return max(0, A * sizes[arr.sizes[d]] + B)
+
+
+def make_inputs(case: Case, sizes: dict, rng) -> tuple[dict, dict]:
+    """Random arrays for every array parameter (outputs zero) and scalar parameters."""
+    dt = _np_dtype(case)
+    arrays, scalars = {}, {}
+    for name, kind, arr in case.params:
+        if kind == "array":
+            shape = tuple(_extent(arr, d, sizes) for d in range(len(arr.sizes)))
+            if arr.role == "out":
+                arrays[name] = np.zeros(shape, dt)
+            else:
+                arrays[name] = rng.uniform(-1.0, 1.0, shape).astype(dt)
+        elif kind == "float":
+            scalars[name] = float(rng.uniform(-1.0, 1.0))
+        else:
+            scalars[name] = case.int_values[name]
+    scalars.update(sizes)   # passed as keywords: not every size is an array's extent
+    return arrays, scalars
+
+
+def _outputs(case):
+    return [name for name, kind, arr in case.params
+            if kind == "array" and arr.role in ("out", "inout")]
+
+
+def _inputs(case):
+    return [name for name, kind, arr in case.params if kind != "array" or arr.role != "out"]
+
+
+def call_compiled(ck, case, arrays, scalars) -> dict:
+    """Call a compiled kernel on copies; {'result': float?, output name: array}."""
+    args = {n: (arrays[n].copy() if n in arrays else scalars[n])
+            for n in _inputs(case) + [s for s in case.sizes if s in ck.kernel.sizes]}
+    outs = [n for n, kind, arr in case.params if kind == "array" and arr.role == "out"]
+    raw = ck(**args)
+    got = {}
+    parts = list(raw) if isinstance(raw, tuple) else [raw]
+    if case.has_result:
+        got["result"] = float(parts.pop(0))
+    for n in outs:
+        got[n] = parts.pop(0)
+    for n, kind, arr in case.params:
+        if kind == "array" and arr.role == "inout":
+            got[n] = args[n]
+    return got
+
+
+def reference_values(ref, case, arrays, scalars, sizes) -> dict:
+    res, objs = run_reference(ref, FloatLib(), arrays, scalars, sizes)
+    out = {}
+    if case.has_result:
+        out["result"] = float(res)
+    for n in _outputs(case):
+        out[n] = objs[n].astype(np.float64)
+    return out
+
+
+def _tol(case):
+    return (2e-4, 2e-4) if case.dtype == "f32" else (1e-9, 1e-9)
+
+
+def compare(got: dict, want: dict, case, what: str):
+    rtol, atol = _tol(case)
+    for n, w in want.items():
+        g = np.asarray(got[n], dtype=np.float64)
+        w = np.asarray(w, dtype=np.float64)
+        scale = 1.0 + (np.max(np.abs(w)) if w.size else 0.0)
+        if g.shape != w.shape or not np.allclose(g, w, rtol=rtol, atol=atol * scale,
+                                                 equal_nan=True):
+            raise Mismatch(f"{what}: {n} differs from the reference\n got  {g!r}\n want {w!r}")
+
+
+def _is_polyad_error(exc) -> bool:
+    import polyad as pa
+    return isinstance(exc, pa.PolyadError)
+
+
+# ----------------------------------------------------------------------------
+
+
+def check_case(case: Case, workdir: str, grads: bool = True, use_jax: bool = True,
+               deterministic: bool = True, sanitize=None) -> Result:
+    import polyad as pa
+    res = Result(case.seed, features=sorted(case.features))
+    stage = "define"
+    try:
+        kern = load_kernel(case, workdir)
+        ref = load_reference(case)
+        stage = "compile"
+        ck = pa.compile(kern, sanitize=sanitize)
+        rng = np.random.default_rng(case.seed)
+        valid_sets = []
+        for sizes in case.size_sets:
+            stage = f"values {sizes}"
+            arrays, scalars = make_inputs(case, sizes, rng)
+            try:
+                want = reference_values(ref, case, arrays, scalars, sizes)
+            except Undefined:
+                want = None
+            for threads in (2, 1):
+                set_threads(threads)
+                try:
+                    got = call_compiled(ck, case, arrays, scalars)
+                except pa.PolyadError as exc:
+                    if "sizes too small" not in str(exc) and want is not None:
+                        raise
+                    res.size_rejected += 1
+                    break
+                if want is None:
+                    raise Mismatch(f"{stage}: the program reads an empty array through a "
+                                   f"boundary mode, yet the kernel ran instead of raising")
+                compare(got, want, case, f"{stage} threads={threads}")
+            else:
+                valid_sets.append((sizes, arrays, scalars))
+        res.checks.append("values")
+        if deterministic and sanitize is None:
+            stage = "deterministic"
+            dk = pa.compile(kern, deterministic=True)
+            for sizes, arrays, scalars in valid_sets[-2:]:
+                runs = []
+                for threads in (1, 2):
+                    set_threads(threads)
+                    runs.append(call_compiled(dk, case, arrays, scalars))
+                for n in runs[0]:
+                    if not np.array_equal(np.asarray(runs[0][n]), np.asarray(runs[1][n]),
+                                          equal_nan=True):
+                        raise Mismatch(f"deterministic {sizes}: {n} differs between 1 and 2 "
+                                       f"threads:\n{runs[0][n]!r}\n{runs[1][n]!r}")
+                compare(runs[0], reference_values(ref, case, arrays, scalars, sizes), case,
+                        f"deterministic {sizes}")
+            res.checks.append("deterministic")
+        set_threads(2)
+        if grads and valid_sets:
+            stage = "vjp"
+            check_vjp(case, kern, ck, ref, valid_sets, res, use_jax, deterministic, sanitize)
+    except (Mismatch, GeneratorBug) as exc:
+        res.status, res.stage, res.message = "fail", stage, str(exc)
+    except _Stage as exc:
+        res.status, res.stage = "unsupported", exc.stage
+        res.message = f"{type(exc.exc).__name__}: {exc.exc}"
+    except Exception as exc:  # noqa: BLE001 - every exception is a finding
+        if _is_polyad_error(exc) and stage in ("define", "compile", "vjp-derive", "vjp-compile"):
+            res.status, res.stage = "unsupported", stage
+            res.message = f"{type(exc).__name__}: {exc}"
+        else:
+            res.status, res.stage = "fail", stage
+            res.message = f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+    finally:
+        set_threads(2)
+    return res
+
+
+def _wrt(case):
+    return [n for n, kind, arr in case.params
+            if (kind == "array" and arr.role in ("in", "inout")) or kind == "float"]
+
+
+def _objective(got: dict, cots: dict) -> float:
+    return float(sum(np.sum(np.asarray(got[n], np.float64) * c) for n, c in cots.items()))
+
+
+def check_vjp(case, kern, ck, ref, valid_sets, res, use_jax, deterministic, sanitize):
+    import polyad as pa
+    wrt = _wrt(case)
+    if not wrt:
+        return
+    res_stage = "vjp-derive"
+    try:
+        vk = pa.vjp(kern, wrt)
+        res_stage = "vjp-compile"
+        vc = pa.compile(vk, sanitize=sanitize)
+    except pa.PolyadError as exc:
+        raise _Stage(res_stage, exc) from exc
+    rng = np.random.default_rng(case.seed + 1)
+    dt = _np_dtype(case)
+    # the two size sets checked: the largest and the smallest that ran
+    chosen = sorted(valid_sets, key=lambda t: sum(t[0].values()))
+    chosen = [chosen[0]] if len(chosen) == 1 else [chosen[0], chosen[-1]]
+    for sizes, arrays, scalars in chosen:
+        stage = f"vjp {sizes}"
+        cots = {}
+        for n in _outputs(case):
+            cots[n] = rng.uniform(-1.0, 1.0, arrays[n].shape).astype(dt)
+        if case.has_result:
+            cots["result"] = float(rng.uniform(0.5, 1.5))
+        args = {n: (arrays[n].copy() if n in arrays else scalars[n])
+                for n in _inputs(case) + [s for s in case.sizes if s in vc.kernel.sizes]}
+        for n in _outputs(case):
+            args[f"{n}_bar"] = cots[n]
+        if case.has_result:
+            args["result_bar"] = cots["result"]
+        known = {p.name for p in vc.kernel.params} | set(vc.kernel.sizes)
+        args = {k: v for k, v in args.items() if k in known}
+        set_threads(2)
+        g = vk.package(vc(**args))
+        g = list(g)
+        grads = {n: np.asarray(v, np.float64) for n, v in zip(wrt, g)}
+        cot64 = {n: np.asarray(c, np.float64) for n, c in cots.items()}
+        if case.dtype == "f64":
+            _check_fd(case, ck, arrays, scalars, cot64, grads, stage, rng)
+        if use_jax:
+            _check_jax(case, ref, arrays, scalars, sizes, cot64, grads, stage)
+        if deterministic and sanitize is None:
+            dv = pa.compile(vk, deterministic=True)
+            runs = []
+            for threads in (1, 2):
+                set_threads(threads)
+                a2 = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in args.items()}
+                r = vk.package(dv(**a2))
+                runs.append([np.asarray(x) for x in r])
+            set_threads(2)
+            for n, a, b in zip(wrt, *runs):
+                if not np.array_equal(a, b, equal_nan=True):
+                    raise Mismatch(f"deterministic vjp {sizes}: d_{n} differs between 1 and 2 "
+                                   f"threads:\n{a!r}\n{b!r}")
+            rtol, atol = (1e-9, 1e-9) if case.dtype == "f64" else (1e-4, 1e-4)
+            for n, a in zip(wrt, runs[0]):
+                scale = 1.0 + float(np.max(np.abs(grads[n]))) if grads[n].size else 1.0
+                if not np.allclose(a, grads[n], rtol=rtol, atol=atol * scale):
+                    raise Mismatch(f"deterministic vjp {sizes}: d_{n} differs from the default "
+                                   f"build:\n{a!r}\n{grads[n]!r}")
+    res.checks.append("vjp-fd" if case.dtype == "f64" else "vjp")
+    if use_jax:
+        res.checks.append("vjp-jax")
+
+
+class _Stage(Exception):
+    def __init__(self, stage, exc):
+        super().__init__(str(exc))
+        self.stage, self.exc = stage, exc
+
+
+def _check_fd(case, ck, arrays, scalars, cots, grads, stage, rng, directions=3, eps=1e-6):
+    wrt = list(grads)
+
+    def F(shift):
+        a = {n: (arrays[n] + shift[n] if n in shift and n in arrays else arrays[n])
+             for n in arrays}
+        s = {n: (scalars[n] + float(shift[n]) if n in shift and n in scalars else scalars[n])
+             for n in scalars}
+        return _objective(call_compiled(ck, case, a, s), cots)
+
+    for _ in range(directions):
+        d = {n: rng.standard_normal(np.shape(grads[n])) for n in wrt}
+        fd = (F({n: eps * d[n] for n in wrt}) - F({n: -eps * d[n] for n in wrt})) / (2 * eps)
+        ad = sum(float(np.sum(grads[n] * d[n])) for n in wrt)
+        scale = 1.0 + sum(float(np.sum(np.abs(grads[n] * d[n]))) for n in wrt)
+        if abs(fd - ad) > 1e-5 * scale:
+            raise Mismatch(f"{stage}: directional derivative {ad!r} (vjp) vs {fd!r} (central "
+                           f"finite difference of the compiled primal)\n"
+                           + "\n".join(f" d_{n} = {grads[n]!r}" for n in wrt))
+
+
+def _check_jax(case, ref, arrays, scalars, sizes, cots, grads, stage):
+    import jax
+    jax.config.update("jax_enable_x64", True)
+    import jax.numpy as jnp
+    wrt = list(grads)
+    lib = JaxLib()
+    sizes_of = {n: (arrays[n].shape if n in arrays else ()) for n in wrt}
+    counts = [int(np.prod(sizes_of[n])) for n in wrt]
+
+    def F(flat):
+        pos = 0
+        A, P = {}, {}
+        for n, cnt in zip(wrt, counts):
+            part = [flat[pos + k] for k in range(cnt)]
+            pos += cnt
+            if n in arrays:
+                o = np.empty(sizes_of[n], dtype=object)
+                flat_o = o.reshape(-1)
+                for k, v in enumerate(part):
+                    flat_o[k] = v
+                A[n] = o
+            else:
+                P[n] = part[0]
+        for n, a in arrays.items():
+            if n not in A:
+                o = np.empty(a.shape, dtype=object)
+                flat_o = o.reshape(-1)
+                for k, v in enumerate(a.reshape(-1)):
+                    flat_o[k] = float(v)
+                A[n] = o
+        for n, v in scalars.items():
+            P.setdefault(n, v)
+        result = ref(lib, A, P, dict(sizes))
+        total = 0.0
+        for n, c in cots.items():
+            if n == "result":
+                total = total + result * c
+            else:
+                for v, cc in zip(A[n].reshape(-1), c.reshape(-1)):
+                    total = total + v * float(cc)
+        return total
+
+    x0 = np.concatenate([np.asarray(arrays[n] if n in arrays else [scalars[n]],
+                                    np.float64).reshape(-1) for n in wrt])
+    try:
+        gj = np.asarray(jax.grad(F)(jnp.asarray(x0)))
+    except Undefined:
+        return
+    pos = 0
+    tol = 1e-8 if case.dtype == "f64" else 2e-3
+    for n, cnt in zip(wrt, counts):
+        want = gj[pos:pos + cnt].reshape(sizes_of[n])
+        pos += cnt
+        got = grads[n]
+        scale = 1.0 + float(np.max(np.abs(want))) if want.size else 1.0
+        if not np.allclose(got, want, rtol=tol, atol=tol * scale):
+            raise Mismatch(f"{stage}: d_{n} differs from jax.grad of the reference\n"
+                           f" got  {got!r}\n want {want!r}")

@@ -1,0 +1,173 @@
+"""Run fuzz cases in worker subprocesses, so that a hang or a crash (an ISL
+abort, a segfault in generated code) is recorded as that case's result and
+the run goes on.
+
+A worker (``python -m tests.fuzz.runner SEED...``) checks its cases one by
+one and prints one JSON line per case; the supervisor (``run_cases``) starts
+workers, gives each case ``case_timeout`` seconds, and after a crash or a
+timeout records the case and restarts a worker on the remaining seeds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SELFTEST_CRASH = "POLYAD_FUZZ_SELFTEST_CRASH"   # seed whose worker segfaults on purpose
+SELFTEST_HANG = "POLYAD_FUZZ_SELFTEST_HANG"     # seed whose worker hangs on purpose
+START = "FUZZ-START "
+DONE = "FUZZ-RESULT "
+
+
+def plan(seed: int) -> dict:
+    """Which checks a seed gets (the CI slice spreads the expensive ones)."""
+    return {"grads": seed % 3 == 0, "use_jax": seed % 6 == 0, "deterministic": seed % 4 == 1}
+
+
+def worker(seeds, full: bool, sanitize) -> None:
+    sys.path.insert(0, REPO)
+    from tests.fuzz.check import check_case
+    from tests.fuzz.gen import generate
+    workdir = tempfile.mkdtemp(prefix="polyad-fuzz-")
+    try:
+        for seed in seeds:
+            print(START + str(seed), flush=True)
+            if os.environ.get(SELFTEST_CRASH) == str(seed):   # the supervisor's own test
+                os.kill(os.getpid(), signal.SIGSEGV)
+            if os.environ.get(SELFTEST_HANG) == str(seed):
+                time.sleep(3600)
+            opts = {"grads": True, "use_jax": True, "deterministic": True} if full else plan(seed)
+            if sanitize:
+                opts["deterministic"] = False
+                opts["use_jax"] = False    # jaxlib does not run under an ASan preload
+            start = time.perf_counter()
+            result = check_case(generate(seed), workdir, sanitize=sanitize, **opts).as_dict()
+            result["seconds"] = round(time.perf_counter() - start, 3)
+            print(DONE + json.dumps(result), flush=True)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+def libasan():
+    gcc = shutil.which("gcc")
+    if gcc is None:
+        return None
+    path = subprocess.run([gcc, "-print-file-name=libasan.so"], capture_output=True,
+                          text=True).stdout.strip()
+    return path if os.path.isabs(path) and os.path.exists(path) else None
+
+
+def _spawn(seeds, full, sanitize, env):
+    cmd = [sys.executable, "-m", "tests.fuzz.runner"] + (["--full"] if full else []) + \
+          (["--sanitize"] if sanitize else []) + [str(s) for s in seeds]
+    return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def _env(sanitize, cache_dir):
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([REPO] + [p for p in [env.get("PYTHONPATH")] if p])
+    env.setdefault("POLYAD_CACHE_DIR", cache_dir)
+    env["JAX_PLATFORMS"] = "cpu"
+    env["OMP_WAIT_POLICY"] = "passive"
+    if sanitize:
+        env["LD_PRELOAD"] = libasan() or ""
+        env["ASAN_OPTIONS"] = "detect_leaks=0"
+    return env
+
+
+def run_cases(seeds, workers: int = 2, case_timeout: float = 120.0, full: bool = False,
+              sanitize=None, cache_dir=None, on_result=None) -> list[dict]:
+    """Check ``seeds`` in ``workers`` parallel subprocesses; returns one dict per seed."""
+    own_cache = cache_dir is None
+    cache_dir = cache_dir or tempfile.mkdtemp(prefix="polyad-fuzz-cache-")
+    env = _env(sanitize, cache_dir)
+    chunks = [list(seeds[i::workers]) for i in range(workers)]
+    results: dict = {}
+    procs = {}
+    sel = selectors.DefaultSelector()
+
+    def start(chunk):
+        if not chunk:
+            return
+        p = _spawn(chunk, full, sanitize, env)
+        procs[p] = {"pending": list(chunk), "current": None, "since": time.monotonic(),
+                    "stderr": []}
+        sel.register(p.stdout, selectors.EVENT_READ, p)
+        os.set_blocking(p.stderr.fileno(), False)
+
+    def finish(p, status, message):
+        st = procs.pop(p)
+        sel.unregister(p.stdout)
+        cur = st["current"]
+        if cur is not None and cur not in results:
+            err = "".join(st["stderr"]) + (p.stderr.read() or "")
+            results[cur] = {"seed": cur, "status": "fail", "stage": status,
+                            "message": f"{message}\n{err[-4000:]}", "checks": [],
+                            "features": [], "size_rejected": 0}
+            if on_result:
+                on_result(results[cur])
+            st["pending"] = st["pending"][st["pending"].index(cur) + 1:]
+        elif cur is None and st["pending"] and status != "exit":
+            st["pending"] = st["pending"][1:]
+        rest = [s for s in st["pending"] if s not in results]
+        start(rest)
+
+    for c in chunks:
+        start(c)
+    try:
+        while procs:
+            events = sel.select(timeout=1.0)
+            for key, _ in events:
+                p = key.data
+                line = p.stdout.readline()
+                st = procs[p]
+                if not line:
+                    p.wait()
+                    finish(p, "exit" if p.returncode == 0 else "crash",
+                           f"worker exited with status {p.returncode}")
+                    continue
+                if line.startswith(START):
+                    st["current"] = int(line[len(START):])
+                    st["since"] = time.monotonic()
+                elif line.startswith(DONE):
+                    r = json.loads(line[len(DONE):])
+                    results[r["seed"]] = r
+                    st["current"] = None
+                    if on_result:
+                        on_result(r)
+            now = time.monotonic()
+            for p in list(procs):
+                st = procs[p]
+                try:
+                    chunk = p.stderr.read()
+                    if chunk:
+                        st["stderr"].append(chunk)
+                        st["stderr"] = ["".join(st["stderr"])[-8000:]]
+                except (TypeError, OSError):
+                    pass
+                if st["current"] is not None and now - st["since"] > case_timeout:
+                    p.kill()
+                    p.wait()
+                    finish(p, "timeout", f"case took more than {case_timeout} s")
+    finally:
+        for p in procs:
+            p.kill()
+        if own_cache:
+            shutil.rmtree(cache_dir, ignore_errors=True)
+    return [results[s] for s in seeds if s in results]
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    full = "--full" in args
+    san = "address" if "--sanitize" in args else None
+    worker([int(a) for a in args if not a.startswith("--")], full, san)

@@ -1,0 +1,69 @@
+"""The differential fuzzer (tests/fuzz) on a fixed slice of seeds.
+
+Each case is a random well-formed kernel checked against an independent
+pure-Python translation at sizes 0, 1, 2 and small odd ones, at 1 and 2
+threads; a third of the cases also check their vjp against finite differences
+and JAX, a quarter the deterministic build (see ``tests.fuzz.runner.plan``).
+Cases run in worker subprocesses, so a crash or hang fails its case only.
+``python -m tests.fuzz --cases N --seed S`` runs more.
+"""
+
+import os
+
+import pytest
+
+from tests.fuzz.gen import generate
+from tests.fuzz.known import KNOWN
+from tests.fuzz.runner import SELFTEST_CRASH, SELFTEST_HANG, libasan, run_cases
+
+# Seeds 0.. minus the recorded ones (tests/fuzz/known.py says why each is left out).
+CI_SEEDS = [s for s in range(0, 16) if s not in KNOWN]
+ASAN_SEEDS = [s for s in range(16, 19) if s not in KNOWN]
+
+
+def _report(results):
+    return "\n\n".join(f"seed {r['seed']}: {r['status']} [{r['stage']}]\n{r['message'][:3000]}"
+                       for r in results if r["status"] == "fail")
+
+
+def test_fuzz_slice():
+    results = run_cases(CI_SEEDS, workers=2, case_timeout=180)
+    assert len(results) == len(CI_SEEDS)
+    assert all(r["status"] != "fail" for r in results), _report(results)
+    checks = {c for r in results for c in r["checks"]}
+    assert {"values", "deterministic", "vjp-fd", "vjp-jax"} <= checks, checks
+    # the slice exercises what the generator promises
+    features = set().union(*(generate(s).features for s in CI_SEEDS))
+    for f in ("mode:clamped", "mode:circular", "mode:mirror", "mode:zero", "temp", "inplace",
+              "accumulate", "bounds:triangular", "bounds:strided", "index:2i+c",
+              "index:transposed", "if:data", "if:affine", "ternary", "call:fz_f",
+              "dtype:f32", "dtype:f64", "depth:3"):
+        assert f in features, f
+
+
+def test_fuzz_slice_under_asan():
+    if libasan() is None:
+        pytest.skip("gcc with libasan not available")
+    results = run_cases(ASAN_SEEDS, workers=2, case_timeout=300, sanitize="address")
+    assert all(r["status"] != "fail" for r in results), _report(results)
+    assert all("AddressSanitizer" not in r["message"] for r in results)
+
+
+def test_generator_is_deterministic_and_well_formed():
+    a, b = generate(7), generate(7)
+    assert a.dsl == b.dsl and a.ref == b.ref
+    compile(a.dsl, "<dsl>", "exec")
+    compile(a.ref, "<ref>", "exec")
+    assert any(0 in s.values() for k in range(20) for s in generate(k).size_sets)
+
+
+def test_crash_and_hang_fail_only_their_case(monkeypatch):
+    monkeypatch.setenv(SELFTEST_CRASH, "2")
+    monkeypatch.setenv(SELFTEST_HANG, "3")
+    results = run_cases([1, 2, 3, 4], workers=1, case_timeout=20)
+    by_seed = {r["seed"]: r for r in results}
+    assert sorted(by_seed) == [1, 2, 3, 4]
+    assert by_seed[2]["status"] == "fail" and by_seed[2]["stage"] == "crash"
+    assert by_seed[3]["status"] == "fail" and by_seed[3]["stage"] == "timeout"
+    assert by_seed[1]["status"] != "fail" and by_seed[4]["status"] != "fail"
+    assert os.environ[SELFTEST_CRASH] == "2"
