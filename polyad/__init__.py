@@ -5,8 +5,8 @@ module exports.
 """
 
 from .api import Func, Kernel, compile, empty, from_c, func, kernel, sizes, zeros  # noqa: F401
-from .derivatives import (check_grad, custom_vjp, derivative, grad, value_and_grad,  # noqa: F401
-                          vjp)
+from .derivatives import (check_grad, custom_vjp, derivative, grad, jvp,  # noqa: F401
+                          value_and_grad, vjp)
 from .errors import (ArgumentError, BoundsError, CompileError, DSLError, DTypeError,  # noqa: F401
                      NotDifferentiableError, PolyadError, ShapeError, TilingError)
 from .intrinsics import INTRINSICS as _INTRINSICS

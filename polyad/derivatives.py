@@ -33,7 +33,7 @@ from .api import Func, Kernel
 from .pipeline import kernel_ir
 from .testing import bind_args, call_interpreted
 
-__all__ = ["grad", "value_and_grad", "vjp", "check_grad", "derivative", "custom_vjp",
+__all__ = ["grad", "value_and_grad", "vjp", "jvp", "check_grad", "derivative", "custom_vjp",
            "DerivedKernel", "GradCheck", "NoGradientPathWarning"]
 
 NoGradientPathWarning = ad.NoGradientPathWarning
@@ -94,6 +94,8 @@ def result_packager(kind: str, wrt, wrt_names, primal: ir.Kernel):
     by the value for ``value_and_grad``) as the user gets them: one value, a tuple or a
     dict like ``wrt``, a Python float for a float scalar ``wrt``. Decided once per
     derived kernel, so a call pays nothing for it when ``wrt`` names one array."""
+    if kind == "jvp":
+        return _jvp_packager(primal)
     scalar = tuple(not primal.param(name).is_array for name in wrt_names)
     with_value = kind == "value_and_grad"
     if isinstance(wrt, str) and not scalar[0]:
@@ -117,6 +119,27 @@ def result_packager(kind: str, wrt, wrt_names, primal: ir.Kernel):
     return package
 
 
+def _jvp_packager(primal: ir.Kernel):
+    """``raw -> (primal outputs, tangent outputs)``, each shaped like the primal's own return
+    (the value first, then the ``pa.Out`` arrays; one item unwrapped)."""
+    n_out = sum(1 for p in primal.params if p.intent == "out")
+    has_value = primal.result is not None
+
+    def one(xs):
+        return xs[0] if len(xs) == 1 else tuple(xs)
+
+    def package(raw):
+        raw = raw if isinstance(raw, tuple) else (raw,)
+        value, arrays = (raw[0], list(raw[1:])) if has_value else (None, list(raw))
+        outs, tans = arrays[:n_out], arrays[n_out:]
+        if has_value:   # the tangent of the value comes last, as result_dot[0]
+            outs = [value] + outs
+            tans = [float(np.asarray(tans[-1]).reshape(-1)[0])] + tans[:-1]
+        return one(outs), one(tans)
+
+    return package
+
+
 def _derived(k, wrt, kind, build):
     if isinstance(k, ir.Kernel):
         k = Kernel(ir_kernel=k)
@@ -129,13 +152,37 @@ def _derived(k, wrt, kind, build):
     return cache[key]
 
 
-def grad(k, wrt) -> DerivedKernel:
+def grad(k, wrt, mode: Optional[str] = None) -> DerivedKernel:
     """Gradient of the scalar a kernel returns, with respect to ``wrt``.
 
     ``wrt``: a parameter name (the call returns one array or float), a list
     (a tuple comes back) or a dict ``label -> name`` (a dict comes back).
+    ``mode``: ``"reverse"`` (one adjoint sweep for all of ``wrt``) or
+    ``"forward"`` (one tangent sweep per parameter; scalar parameters only).
+    Without ``mode``: forward when every ``wrt`` parameter is a scalar (the
+    cheap direction for few inputs), reverse otherwise.
     """
+    if mode is None:
+        names = ad.check_wrt(kernel_ir(k), wrt)
+        pk = kernel_ir(k)
+        mode = "reverse" if any(pk.param(n).is_array for n in names) else "forward"
+    if mode == "forward":
+        return _derived(k, wrt, "grad_forward", ad.forward_grad_kernel)
+    if mode != "reverse":
+        raise ValueError(f"mode must be 'forward' or 'reverse', got {mode!r}")
     return _derived(k, wrt, "grad", ad.grad_kernel)
+
+
+def jvp(k, wrt) -> DerivedKernel:
+    """Pushforward (forward mode): call with ``k``'s inputs, then one tangent per ``wrt``
+    parameter (same shape; a float for a scalar), optionally the ``pa.Out`` arrays;
+    returns ``(outputs, tangents)``: each shaped like ``k``'s own return (the scalar
+    value first, then its ``pa.Out`` arrays, one item unwrapped)::
+
+        y, ydot = pa.jvp(blur, wrt="x")(x, f, xdot)
+        c, cdot = pa.jvp(cost, wrt=["g", "lam"])(g, b, lam, gdot, lamdot)
+    """
+    return _derived(k, wrt, "jvp", ad.jvp_kernel)
 
 
 def value_and_grad(k, wrt) -> DerivedKernel:

@@ -495,9 +495,14 @@ def _variable_dependences(var_reads, must_w, writes, sched, flow_only: bool):
     """(flow, output, anti) dependences of one variable; output and anti are None
     when ``flow_only``."""
 
+    # The schedule restricted to the statements that touch this variable: with the whole
+    # kernel's schedule, isl's compute_flow has been seen to skip a must-source (a boundary
+    # piece of a scalar reduction in a jvp kernel, which was then deleted as dead).
+    var_sched = sched.intersect_domain(writes.domain().union(var_reads.domain()))
+
     def flow(sink, must_src, may_src):
         ai = isl.UnionAccessInfo.from_sink(sink).set_must_source(must_src) \
-            .set_may_source(may_src).set_schedule_map(sched)
+            .set_may_source(may_src).set_schedule_map(var_sched)
         return ai.compute_flow().get_may_dependence()
 
     may_w = writes.subtract(must_w)
