@@ -5,10 +5,11 @@ module exports.
 """
 
 from .api import Func, Kernel, compile, empty, from_c, func, kernel, sizes, zeros  # noqa: F401
-from .derivatives import (check_grad, custom_vjp, derivative, grad, jvp,  # noqa: F401
-                          value_and_grad, vjp)
+from .derivatives import (adjoint, check_grad, custom_vjp, derivative, grad,  # noqa: F401
+                          is_affine, is_linear, jvp, value_and_grad, vjp)
 from .errors import (ArgumentError, BoundsError, CompileError, DSLError, DTypeError,  # noqa: F401
-                     NotDifferentiableError, PolyadError, ShapeError, TilingError)
+                     NotDifferentiableError, NotLinearError, PolyadError, ShapeError,
+                     TilingError)
 from .intrinsics import INTRINSICS as _INTRINSICS
 from .ir import Out, f32, f64, i32, i64  # noqa: F401
 from .logconf import configure_from_env as _configure_logging

@@ -33,7 +33,7 @@ from .api import Func, Kernel
 from .pipeline import kernel_ir
 from .testing import bind_args, call_interpreted
 
-__all__ = ["grad", "value_and_grad", "vjp", "jvp", "check_grad", "derivative", "custom_vjp",
+__all__ = ["grad", "value_and_grad", "vjp", "jvp", "adjoint", "is_linear", "is_affine", "check_grad", "derivative", "custom_vjp",
            "DerivedKernel", "GradCheck", "NoGradientPathWarning"]
 
 NoGradientPathWarning = ad.NoGradientPathWarning
@@ -195,6 +195,33 @@ def vjp(k, wrt) -> DerivedKernel:
     in-out arrays, in order), then the cotangent of the returned scalar if any; returns
     the cotangent(s) of ``wrt``."""
     return _derived(k, wrt, "vjp", ad.vjp_kernel)
+
+
+def adjoint(k, wrt) -> DerivedKernel:
+    """The transpose of a kernel linear in ``wrt``, as a kernel: call it with ``k``'s other
+    inputs, then one cotangent per output array (then ``result_bar`` for a returned
+    scalar); it returns the ``wrt``-shaped result ``A^T w``::
+
+        xt = pa.adjoint(blur, wrt="x")(f, w)
+
+    Raises ``pa.NotLinearError`` (naming the statement and line) when ``k`` is not
+    linear in ``wrt`` (``pa.is_linear``).
+    """
+    return _derived(k, wrt, "adjoint", ad.adjoint_kernel)
+
+
+def is_linear(k, wrt) -> bool:
+    """Is every output of kernel ``k`` linear in ``wrt``? Conservative: a linear kernel may
+    be answered False (say, one holding an affine value in a variable it later reuses),
+    a nonlinear one is never answered True. Looks through device functions and
+    temporaries."""
+    return ad.is_linear(_ir_of(k), wrt)
+
+
+def is_affine(k, wrt) -> bool:
+    """Is every output of kernel ``k`` affine (linear plus a constant) in ``wrt``?
+    Conservative like ``is_linear``."""
+    return ad.is_affine(_ir_of(k), wrt)
 
 
 # --------------------------------------------------------------------------

@@ -58,3 +58,8 @@ class CompileError(PolyadError):
 
 class TilingError(PolyadError):
     """A kernel cannot be run tile by tile as its arguments are cut (``polyad.dask``)."""
+
+
+class NotLinearError(DSLError):
+    """A kernel is not linear in the parameters an adjoint or linear operator needs it
+    linear in; names the statement (and its DSL line) that breaks linearity."""
