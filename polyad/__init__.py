@@ -6,7 +6,7 @@ module exports.
 
 from .api import Func, Kernel, compile, empty, from_c, func, kernel, sizes, zeros  # noqa: F401
 from .derivatives import (adjoint, check_grad, custom_vjp, derivative, grad,  # noqa: F401
-                          is_affine, is_linear, jvp, value_and_grad, vjp)
+                          hessian, hvp, is_affine, is_linear, jvp, value_and_grad, vjp)
 from .errors import (ArgumentError, BoundsError, CompileError, DSLError, DTypeError,  # noqa: F401
                      NotDifferentiableError, NotLinearError, PolyadError, ShapeError,
                      TilingError)

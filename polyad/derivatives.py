@@ -30,10 +30,11 @@ from . import ad, ir
 from .ad import funcs as _ad_funcs
 from .ad import rules as _ad_rules
 from .api import Func, Kernel
+from .errors import ShapeError
 from .pipeline import kernel_ir
 from .testing import bind_args, call_interpreted
 
-__all__ = ["grad", "value_and_grad", "vjp", "jvp", "adjoint", "is_linear", "is_affine", "check_grad", "derivative", "custom_vjp",
+__all__ = ["grad", "value_and_grad", "vjp", "jvp", "hvp", "hessian", "adjoint", "is_linear", "is_affine", "check_grad", "derivative", "custom_vjp",
            "DerivedKernel", "GradCheck", "NoGradientPathWarning"]
 
 NoGradientPathWarning = ad.NoGradientPathWarning
@@ -140,7 +141,7 @@ def _jvp_packager(primal: ir.Kernel):
     return package
 
 
-def _derived(k, wrt, kind, build):
+def _derived(k, wrt, kind, build, cls=None):
     if isinstance(k, ir.Kernel):
         k = Kernel(ir_kernel=k)
     if not isinstance(k, Kernel):
@@ -148,7 +149,7 @@ def _derived(k, wrt, kind, build):
     cache = k.__dict__.setdefault("_polyad_derived", {})
     key = (kind, _wrt_key(wrt), _RULES_VERSION[0])
     if key not in cache:
-        cache[key] = DerivedKernel(build(k.ir, wrt), kind, k, wrt)
+        cache[key] = (cls or DerivedKernel)(build(k.ir, wrt), kind, k, wrt)
     return cache[key]
 
 
@@ -197,6 +198,63 @@ def vjp(k, wrt) -> DerivedKernel:
     return _derived(k, wrt, "vjp", ad.vjp_kernel)
 
 
+def hvp(k, wrt) -> DerivedKernel:
+    """Hessian-vector product of the scalar a kernel returns: call with ``k``'s inputs, then
+    one vector per ``wrt`` parameter (shaped like it); returns ``H v`` shaped like ``wrt``
+    (one array or float, a tuple, or a dict). Forward mode over the reverse-mode gradient
+    kernel::
+
+        hv = pa.hvp(cost, wrt="g")(g, b, 0.1, v)
+    """
+    return _derived(k, wrt, "hvp", ad.hvp_kernel)
+
+
+#: the largest number of entries of ``wrt`` ``pa.hessian`` builds a dense Hessian for
+HESSIAN_MAX_SIZE = 4096
+
+
+class HessianKernel(DerivedKernel):
+    """``pa.hessian``: the hvp kernel (its ``.ir``), called once per unit vector."""
+
+    def __call__(self, *args, **kwargs):
+        pk = kernel_ir(self.primal)
+        (name,) = self.wrt_names
+        bound, sizes = bind_args(pk, args, kwargs)
+        x = bound[name]
+        shape = np.shape(x)
+        n = int(np.prod(shape)) if shape else 1
+        if n > HESSIAN_MAX_SIZE:
+            raise ShapeError(f"pa.hessian({pk.name}, wrt={name!r}): {name} has {n} entries; a "
+                             f"dense Hessian is built for at most {HESSIAN_MAX_SIZE} "
+                             f"(pa.derivatives.HESSIAN_MAX_SIZE) - use pa.hvp(k, wrt) for "
+                             f"Hessian-vector products instead")
+        inputs = {p.name: bound[p.name] for p in pk.params if p.intent != "out"}
+        dt = np.asarray(x).dtype if shape else np.float64
+        cols = []
+        for j in range(n):
+            e = np.zeros(n, dt)
+            e[j] = 1
+            v = e.reshape(shape) if shape else 1.0
+            raw = Kernel.__call__(self, **inputs, **{f"{name}_dot": v}, **sizes)
+            cols.append(np.asarray(raw).reshape(-1)[:n] if shape else
+                        float(np.asarray(raw).reshape(-1)[0]))
+        if not shape:
+            return cols[0]
+        return np.stack(cols, axis=-1).reshape(shape + shape)
+
+
+def hessian(k, wrt: str) -> HessianKernel:
+    """Dense Hessian of the scalar a kernel returns with respect to one parameter, by
+    ``pa.hvp`` over unit vectors (one compiled hvp call per entry); for small inputs:
+    shape ``x.shape + x.shape`` (a float for a scalar). Above ``HESSIAN_MAX_SIZE``
+    entries it raises ``pa.ShapeError`` (use ``pa.hvp``)."""
+    if not isinstance(wrt, str):
+        raise TypeError("pa.hessian(k, wrt) takes one parameter name; for several, use "
+                        "pa.hvp with vectors for each")
+    return _derived(k, wrt, "hessian",
+                    ad.hvp_kernel, cls=HessianKernel)
+
+
 def adjoint(k, wrt) -> DerivedKernel:
     """The transpose of a kernel linear in ``wrt``, as a kernel: call it with ``k``'s other
     inputs, then one cotangent per output array (then ``result_bar`` for a returned
@@ -215,13 +273,13 @@ def is_linear(k, wrt) -> bool:
     be answered False (say, one holding an affine value in a variable it later reuses),
     a nonlinear one is never answered True. Looks through device functions and
     temporaries."""
-    return ad.is_linear(_ir_of(k), wrt)
+    return ad.is_linear(kernel_ir(k), wrt)
 
 
 def is_affine(k, wrt) -> bool:
     """Is every output of kernel ``k`` affine (linear plus a constant) in ``wrt``?
     Conservative like ``is_linear``."""
-    return ad.is_affine(_ir_of(k), wrt)
+    return ad.is_affine(kernel_ir(k), wrt)
 
 
 # --------------------------------------------------------------------------

@@ -32,10 +32,15 @@ Entry points:
     The gradient of ``k``'s scalar with respect to *scalar* parameters, by one
     tangent sweep per parameter (all in one kernel): the same parameters and
     outputs as ``reverse.grad_kernel`` (``d_<w>`` of shape ``[1]``).
+
+``hvp_kernel(k, wrt)``
+    Hessian-vector products: ``jvp_kernel`` applied to ``reverse.grad_kernel``'s
+    output, the gradient arrays turned into temporaries.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 
 from .. import ir
@@ -48,7 +53,7 @@ from .reverse import (Names, NoGradientPathWarning, _err, _full_loops, _nest, _u
 from .rules import tangent
 from .tree import Item, build_tree, flatten, item_of, tree_items
 
-__all__ = ["jvp_kernel", "forward_grad_kernel"]
+__all__ = ["jvp_kernel", "forward_grad_kernel", "hvp_kernel"]
 
 
 class _Forward:
@@ -291,3 +296,24 @@ def jvp_kernel(k: ir.Kernel, wrt) -> ir.Kernel:
 def forward_grad_kernel(k: ir.Kernel, wrt) -> ir.Kernel:
     """The gradient of ``k``'s scalar with respect to scalar parameters, by forward mode."""
     return _Forward(k, wrt, "grad").build()
+
+
+def hvp_kernel(k: ir.Kernel, wrt) -> ir.Kernel:
+    """Hessian-vector products of ``k``'s scalar: forward mode over the reverse-mode gradient
+    kernel (AD of AD output). Parameters: ``k``'s inputs, then ``<w>_dot`` (the vector
+    ``v``, one per ``wrt`` parameter), then the ``pa.Out`` results ``d_<w>_dot = H v``
+    (shape ``[1]`` for a scalar parameter)."""
+    from .reverse import grad_kernel
+    names = check_wrt(k, wrt)
+    g = grad_kernel(k, wrt)
+    with warnings.catch_warnings():
+        # a gradient that does not depend on wrt is fine here: the Hessian is zero
+        warnings.simplefilter("ignore", NoGradientPathWarning)
+        j = jvp_kernel(g, wrt)
+    grads = {f"d_{w}" for w in names}
+    # the gradient itself is not returned: its arrays become temporaries
+    return dataclasses.replace(
+        j, name=f"{k.name}_hvp_{'_'.join(names)}",
+        params=tuple(p for p in j.params if p.name not in grads),
+        temps=j.temps + tuple(ir.Temp(p.name, p.type, True) for p in j.params
+                              if p.name in grads))
