@@ -14,6 +14,8 @@ from .intrinsics import INTRINSICS as _INTRINSICS
 from .ir import Out, f32, f64, i32, i64  # noqa: F401
 from .logconf import configure_from_env as _configure_logging
 from .report import explain  # noqa: F401
+from . import solvers  # noqa: F401,E402
+from .solvers import linear_operator  # noqa: F401,E402
 
 globals().update(_INTRINSICS)  # pa.exp, pa.log, ... (abs/min/max shadow nothing in user code)
 
