@@ -62,11 +62,11 @@ class LinearOperator:
         check_linear(k, wrt)
         outs = [p for p in k.params if p.intent == "out"]
         inouts = [p for p in k.params if p.intent == "inout"]
-        if inouts or len(outs) + (k.result is not None) != 1:
+        if inouts or (k.result is not None and outs) or not (outs or k.result is not None):
             raise ArgumentError(
-                f"pa.linear_operator({k.name}): the kernel must have exactly one output (one "
-                f"pa.Out array or a returned scalar, no in-out arrays); it has "
-                f"{len(outs)} pa.Out array(s), {len(inouts)} in-out array(s)"
+                f"pa.linear_operator({k.name}): the kernel's outputs must be pa.Out arrays or "
+                f"one returned scalar (no in-out arrays); it has {len(outs)} pa.Out array(s), "
+                f"{len(inouts)} in-out array(s)"
                 f"{' and returns a scalar' if k.result is not None else ''}")
         params = {p.name for p in k.params}
         sizes = {n: v for n, v in bound.items() if n in k.sizes}
@@ -85,7 +85,7 @@ class LinearOperator:
         self.wrt = wrt
         self.bound = args
         self.sizes = sizes
-        self.output = outs[0] if outs else None
+        self.outputs = outs     # several: A(x) is a tuple, A.T takes a tuple
         self.adjoint = derivatives.adjoint(kernel, wrt)
         p = k.param(wrt)
         self.dtype = (p.type.dtype if p.is_array else p.type).np
@@ -113,17 +113,33 @@ class LinearOperator:
         return self._shape_of(self._x_type)
 
     @property
+    def out_shapes(self) -> Optional[list]:
+        """The shape of every output (``[()]`` for a returned scalar)."""
+        if not self.outputs:
+            return [()]
+        shapes = [self._shape_of(p.type) for p in self.outputs]
+        return None if any(s is None for s in shapes) else shapes
+
+    @property
     def out_shape(self) -> Optional[tuple]:
-        return self._shape_of(self.output.type if self.output is not None else None)
+        """The output's shape (one output), or None while unknown."""
+        shapes = self.out_shapes
+        if shapes is None:
+            return None
+        if len(shapes) != 1:
+            raise ShapeError(f"pa.linear_operator({self.kernel.ir.name}) has "
+                             f"{len(shapes)} outputs: see out_shapes")
+        return shapes[0]
 
     @property
     def shape(self) -> tuple[int, int]:
-        i, o = self.in_shape, self.out_shape
+        """``(rows, columns)`` of the operator on flattened arrays (outputs concatenated)."""
+        i, o = self.in_shape, self.out_shapes
         if i is None or o is None:
             raise ShapeError(f"the shape of pa.linear_operator({self.kernel.ir.name}) is not "
                              f"known yet: bind the sizes ({', '.join(self.kernel.ir.sizes)}=...) "
                              f"or call the operator once")
-        return (math.prod(o), math.prod(i))
+        return (sum(math.prod(s) for s in o), math.prod(i))
 
     def __call__(self, x):
         """``A x``: the kernel on ``x`` and the bound arguments."""
@@ -135,9 +151,17 @@ class LinearOperator:
     __matmul__ = __call__
 
     def rmatvec(self, y):
-        """``A^T y``: the generated adjoint kernel."""
-        name = f"{self.output.name}_bar" if self.output is not None else "result_bar"
-        return self.adjoint(**self._coefficients(), **{name: y}, **self._size_kwargs())
+        """``A^T y``: the generated adjoint kernel (``y`` a tuple for several outputs)."""
+        if not self.outputs:
+            bars = {"result_bar": y}
+        elif len(self.outputs) == 1:
+            bars = {f"{self.outputs[0].name}_bar": y}
+        else:
+            if not isinstance(y, tuple) or len(y) != len(self.outputs):
+                raise ArgumentError(f"A.T of pa.linear_operator({self.kernel.ir.name}) takes a "
+                                    f"tuple of {len(self.outputs)} arrays, one per output")
+            bars = {f"{p.name}_bar": v for p, v in zip(self.outputs, y)}
+        return self.adjoint(**self._coefficients(), **bars, **self._size_kwargs())
 
     def _coefficients(self) -> dict:
         names = {p.name for p in self.adjoint.ir.params}
@@ -168,16 +192,21 @@ class LinearOperator:
             raise ImportError("A.aslinearoperator() needs scipy: pip install scipy "
                               "(or polyad[solvers])") from exc
         m, n = self.shape
-        i_shape, o_shape = self.in_shape, self.out_shape
+        i_shape, o_shapes = self.in_shape, self.out_shapes
         dt = self.dtype
+        cuts = np.cumsum([math.prod(s) for s in o_shapes])[:-1]
 
         def matvec(v):
             x = np.ascontiguousarray(np.asarray(v, dtype=dt).reshape(i_shape))
-            return np.asarray(self(x if i_shape else float(x))).reshape(-1)
+            out = self(x if i_shape else float(x))
+            parts = out if isinstance(out, tuple) else (out,)
+            return np.concatenate([np.asarray(o, dtype=dt).reshape(-1) for o in parts])
 
         def rmatvec(v):
-            y = np.ascontiguousarray(np.asarray(v, dtype=dt).reshape(o_shape))
-            return np.asarray(self.rmatvec(y if o_shape else float(y))).reshape(-1)
+            parts = [np.ascontiguousarray(p.reshape(s)) if s else float(p[0])
+                     for p, s in zip(np.split(np.asarray(v, dtype=dt), cuts), o_shapes)]
+            y = tuple(parts) if len(parts) > 1 else parts[0]
+            return np.asarray(self.rmatvec(y)).reshape(-1)
 
         return ScipyOperator((m, n), matvec=matvec, rmatvec=rmatvec, dtype=dt)
 
@@ -270,9 +299,11 @@ class Objective:
 
 
 def _lin(a, x, b=None, y=None):
-    """``a * x + b * y`` for arrays, floats or dicts of them."""
+    """``a * x + b * y`` for arrays, floats, or dicts or tuples of them."""
     if isinstance(x, dict):
         return {k: _lin(a, x[k], b, None if y is None else y[k]) for k in x}
+    if isinstance(x, tuple):
+        return tuple(_lin(a, xk, b, None if y is None else y[k]) for k, xk in enumerate(x))
     out = a * np.asarray(x) if np.ndim(x) else a * x
     if y is not None:
         out = out + b * (np.asarray(y) if np.ndim(y) else y)
@@ -282,6 +313,8 @@ def _lin(a, x, b=None, y=None):
 def _dot(x, y) -> float:
     if isinstance(x, dict):
         return sum(_dot(x[k], y[k]) for k in x)
+    if isinstance(x, tuple):
+        return sum(_dot(a, b) for a, b in zip(x, y))
     return float(np.vdot(np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)))
 
 
@@ -292,6 +325,8 @@ def _norm(x) -> float:
 def _copy(x):
     if isinstance(x, dict):
         return {k: _copy(v) for k, v in x.items()}
+    if isinstance(x, tuple):
+        return tuple(_copy(v) for v in x)
     return np.array(x, copy=True) if np.ndim(x) else float(x)
 
 

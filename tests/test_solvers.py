@@ -162,3 +162,34 @@ def test_progress_line(capsys, rng):
     solvers.cg(A, rng.standard_normal((5, 6)), lam=0.1, progress=True)
     err = capsys.readouterr().err
     assert "cg: iteration" in err and "residual" in err and "converged" in err
+
+
+@pa.kernel
+def grad_pair(x: pa.f64[M, N].clamped, gx: pa.Out(pa.f64[M, N]), gy: pa.Out(pa.f64[M, N])):
+    for m in range(M):
+        for n in range(N):
+            gx[m, n] = x[m, n + 1] - x[m, n]
+            gy[m, n] = x[m + 1, n] - x[m, n]
+
+
+def test_operator_with_several_outputs(rng):
+    R = pa.linear_operator(grad_pair, wrt="x", M=4, N=5)
+    assert R.shape == (40, 20) and R.out_shapes == [(4, 5), (4, 5)]
+    x = rng.standard_normal((4, 5))
+    a, b = rng.standard_normal((4, 5)), rng.standard_normal((4, 5))
+    gx, gy = R(x)
+    assert np.sum(gx * a) + np.sum(gy * b) == pytest.approx(np.sum(x * R.T((a, b))), rel=1e-12)
+    with pytest.raises(pa.ArgumentError, match="tuple of 2"):
+        R.T(a)
+    pytest.importorskip("scipy.sparse.linalg")
+    L = R.aslinearoperator()
+    v = rng.standard_normal(40)
+    assert np.dot(L.matvec(x.ravel()), v) == pytest.approx(np.dot(x.ravel(), L.rmatvec(v)))
+    # and as a regulariser in CG: the dense normal equations agree
+    A = pa.linear_operator(blur, wrt="x", f=F, M=4, N=5)
+    y = rng.standard_normal((4, 5))
+    xs, info = solvers.cg(A, y, lam=0.1, R=R, tol=1e-12)
+    Am = _matrix(A, (4, 5))
+    Rm = np.concatenate([_matrix(lambda z: R(z)[0], (4, 5)), _matrix(lambda z: R(z)[1], (4, 5))])
+    ref = np.linalg.solve(Am.T @ Am + 0.1 * Rm.T @ Rm, Am.T @ y.ravel())
+    np.testing.assert_allclose(xs.ravel(), ref, rtol=1e-8, atol=1e-10)
