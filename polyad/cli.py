@@ -209,8 +209,8 @@ def cmd_emit(args) -> int:
         if name is not None:
             raise UsageError("--all emits every kernel of a file: give FILE.py, not FILE.py:KERNEL")
         if any(getattr(args, kind) for kind in _DERIVATIONS):
-            raise UsageError(f"{_FLAGS.replace(', ', '/')} apply to one kernel: give FILE.py:KERNEL "
-                             "instead of --all")
+            raise UsageError(f"{_FLAGS.replace(', ', '/')} apply to one kernel: give "
+                             "FILE.py:KERNEL instead of --all")
         kernels = file_kernels(path, args)
         if not kernels:
             what = "non-static function" if path.suffix == ".c" else "@pa.kernel"

@@ -34,8 +34,9 @@ from .errors import ShapeError
 from .pipeline import kernel_ir
 from .testing import bind_args, call_interpreted
 
-__all__ = ["grad", "value_and_grad", "vjp", "jvp", "hvp", "hessian", "adjoint", "is_linear", "is_affine", "check_grad", "derivative", "custom_vjp",
-           "DerivedKernel", "GradCheck", "NoGradientPathWarning"]
+__all__ = ["grad", "value_and_grad", "vjp", "jvp", "hvp", "hessian", "adjoint", "is_linear",
+           "is_affine", "check_grad", "derivative", "custom_vjp", "DerivedKernel", "HessianKernel",
+           "GradCheck", "NoGradientPathWarning"]
 
 NoGradientPathWarning = ad.NoGradientPathWarning
 
