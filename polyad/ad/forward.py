@@ -123,7 +123,6 @@ class _Forward:
                               st.source) for st in stmts]
         self.stmts = copies + stmts
         self.root, self.leaves = build_tree(self.stmts)
-        self.rename = mapping
         self.arrays = {t.name: t.type for t in self.temps}
         for p in k.params:
             if p.is_array and p.name not in self.arrays:
@@ -233,7 +232,6 @@ class _Forward:
                     out_params.append(op)
                     if p.name not in tan or p.intent == "inout":
                         head.append(zero_array(op))   # a zero tangent, or 0 on entry
-            rdot = None
             if self.result is not None:
                 rname, rdt = self.result
                 rdot = ir.Param(pn["result_dot"], ir.ArrayType(rdt, (X.ic(1),)), "out")
