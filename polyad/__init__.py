@@ -12,26 +12,30 @@ Documentation: ``docs/`` in the source distribution and repository
 """
 
 from .api import Func, Kernel, compile, empty, from_c, func, kernel, sizes, zeros  # noqa: F401
-from .derivatives import (check_grad, custom_vjp, derivative, grad, value_and_grad,  # noqa: F401
-                          vjp)
+from .derivatives import (adjoint, check_grad, custom_vjp, derivative, grad,  # noqa: F401
+                          hessian, hvp, is_affine, is_linear, jvp, value_and_grad, vjp)
 from .errors import (ArgumentError, BoundsError, CompileError, DSLError, DTypeError,  # noqa: F401
-                     InternalError, NotDifferentiableError, PolyadError, ShapeError,
-                     TilingError)
+                     InternalError, NotDifferentiableError, NotLinearError, PolyadError,
+                     ShapeError, TilingError)
 from .intrinsics import INTRINSICS as _INTRINSICS
 from .ir import Out, f32, f64, i32, i64  # noqa: F401
 from .logconf import configure_from_env as _configure_logging
 from .report import explain  # noqa: F401
 from .runtime.threads import num_threads  # noqa: F401
 from .version import __version__  # noqa: F401
+from . import solvers  # noqa: F401,E402
+from .solvers import linear_operator  # noqa: F401,E402
 
 globals().update(_INTRINSICS)  # pa.exp, pa.log, ... (abs/min/max shadow nothing in user code)
 
 __all__ = sorted([
     "kernel", "func", "from_c", "sizes", "compile", "zeros", "empty", "Kernel", "Func",
     "f32", "f64", "i32", "i64", "Out",
-    "grad", "value_and_grad", "vjp", "check_grad", "derivative", "custom_vjp",
+    "grad", "value_and_grad", "vjp", "jvp", "hvp", "hessian", "adjoint", "is_linear",
+    "is_affine", "check_grad", "derivative", "custom_vjp", "linear_operator", "solvers",
     "explain", "num_threads",
-    "PolyadError", "DSLError", "BoundsError", "NotDifferentiableError", "ArgumentError",
+    "PolyadError", "DSLError", "BoundsError", "NotDifferentiableError", "NotLinearError",
+    "ArgumentError",
     "ShapeError", "DTypeError", "CompileError", "TilingError", "InternalError",
     *_INTRINSICS,
 ])

@@ -1,7 +1,8 @@
 """The ``polyad`` command line (also ``python -m polyad``).
 
-  polyad show FILE.py:KERNEL [--grad NAME ...] [--format text|json|dot]
-  polyad emit FILE.py:KERNEL [--grad NAME ...] -o DIR      (or FILE.py --all)
+  polyad show FILE.py:KERNEL [--grad|--vjp|--jvp|--adjoint|--hvp NAME ...] [--format text|json|dot]
+  polyad emit FILE.py:KERNEL [--grad|--vjp|--jvp|--adjoint|--hvp NAME ...] -o DIR
+  polyad emit FILE.py --all -o DIR
   (FILE.c:FUNCTION works wherever FILE.py:KERNEL does; --sizes N=n keeps a
   #define symbolic)
   polyad demo [--size N]
@@ -34,7 +35,9 @@ from .target import get_target
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 
-_DERIVATIONS = {"grad": "grad_kernel", "vjp": "vjp_kernel", "jvp": "jvp_kernel"}
+_DERIVATIONS = {"grad": "grad_kernel", "vjp": "vjp_kernel", "jvp": "jvp_kernel",
+                "adjoint": "adjoint_kernel", "hvp": "hvp_kernel"}
+_FLAGS = ", ".join(f"--{kind}" for kind in _DERIVATIONS)
 
 
 class UsageError(Exception):
@@ -155,12 +158,13 @@ def file_kernels(path: Path, args) -> list:
 
 
 def derive(kernel: api.Kernel, args) -> api.Kernel:
-    """The kernel asked for by ``--grad`` / ``--vjp`` / ``--jvp`` (or ``kernel`` itself)."""
+    """The kernel asked for by ``--grad`` / ``--vjp`` / ``--jvp`` / ``--adjoint`` / ``--hvp``
+    (or ``kernel`` itself)."""
     asked = [(kind, getattr(args, kind)) for kind in _DERIVATIONS if getattr(args, kind)]
     if not asked:
         return kernel
     if len(asked) > 1:
-        raise UsageError("give only one of --grad, --vjp, --jvp")
+        raise UsageError(f"give only one of {_FLAGS}")
     kind, names = asked[0]
     params = [p.name for p in kernel.ir.params]
     for n in names:
@@ -205,8 +209,8 @@ def cmd_emit(args) -> int:
         if name is not None:
             raise UsageError("--all emits every kernel of a file: give FILE.py, not FILE.py:KERNEL")
         if any(getattr(args, kind) for kind in _DERIVATIONS):
-            raise UsageError("--grad/--vjp/--jvp apply to one kernel: give FILE.py:KERNEL "
-                             "instead of --all")
+            raise UsageError(f"{_FLAGS.replace(', ', '/')} apply to one kernel: give "
+                             "FILE.py:KERNEL instead of --all")
         kernels = file_kernels(path, args)
         if not kernels:
             what = "non-static function" if path.suffix == ".c" else "@pa.kernel"
@@ -288,6 +292,11 @@ def _add_kernel_options(p: argparse.ArgumentParser) -> None:
                          help="use the vector-Jacobian product with respect to NAME ...")
     derived.add_argument("--jvp", nargs="+", metavar="NAME",
                          help="use the forward-mode derivative with respect to NAME ...")
+    derived.add_argument("--adjoint", nargs="+", metavar="NAME",
+                         help="use the transpose of the kernel, linear in NAME ...")
+    derived.add_argument("--hvp", nargs="+", metavar="NAME",
+                         help="use the Hessian-vector product of the (scalar) kernel with "
+                              "respect to NAME ...")
     p.add_argument("--target", default="openmp", metavar="TARGET",
                    help="code generator: openmp (default); cuda is not available yet")
     p.add_argument("--sizes", nargs="+", metavar="MACRO=NAME",

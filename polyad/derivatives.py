@@ -30,12 +30,14 @@ from . import ad, callconv, ir
 from .ad import funcs as _ad_funcs
 from .ad import rules as _ad_rules
 from .api import Func, Kernel
+from .errors import ShapeError
 from .pipeline import kernel_ir
 from .testing import bind_args, call_interpreted
 from .tracebacks import user_facing
 
-__all__ = ["grad", "value_and_grad", "vjp", "check_grad", "derivative", "custom_vjp",
-           "DerivedKernel", "GradCheck", "NoGradientPathWarning"]
+__all__ = ["grad", "value_and_grad", "vjp", "jvp", "hvp", "hessian", "adjoint", "is_linear",
+           "is_affine", "check_grad", "derivative", "custom_vjp", "DerivedKernel", "HessianKernel",
+           "GradCheck", "NoGradientPathWarning"]
 
 NoGradientPathWarning = ad.NoGradientPathWarning
 
@@ -113,6 +115,8 @@ def result_packager(kind: str, wrt, wrt_names, primal: ir.Kernel):
     by the value for ``value_and_grad``) as the user gets them: one value, a tuple or a
     dict like ``wrt``, a Python float for a float scalar ``wrt``. Decided once per
     derived kernel, so a call pays nothing for it when ``wrt`` names one array."""
+    if kind == "jvp":
+        return _jvp_packager(primal)
     scalar = tuple(not primal.param(name).is_array for name in wrt_names)
     with_value = kind == "value_and_grad"
     if isinstance(wrt, str) and not scalar[0]:
@@ -136,7 +140,28 @@ def result_packager(kind: str, wrt, wrt_names, primal: ir.Kernel):
     return package
 
 
-def _derived(k, wrt, kind, build):
+def _jvp_packager(primal: ir.Kernel):
+    """``raw -> (primal outputs, tangent outputs)``, each shaped like the primal's own return
+    (the value first, then the ``pa.Out`` arrays; one item unwrapped)."""
+    n_out = sum(1 for p in primal.params if p.intent == "out")
+    has_value = primal.result is not None
+
+    def one(xs):
+        return xs[0] if len(xs) == 1 else tuple(xs)
+
+    def package(raw):
+        raw = raw if isinstance(raw, tuple) else (raw,)
+        value, arrays = (raw[0], list(raw[1:])) if has_value else (None, list(raw))
+        outs, tans = arrays[:n_out], arrays[n_out:]
+        if has_value:   # the tangent of the value comes last, as result_dot[0]
+            outs = [value] + outs
+            tans = [float(np.asarray(tans[-1]).reshape(-1)[0])] + tans[:-1]
+        return one(outs), one(tans)
+
+    return package
+
+
+def _derived(k, wrt, kind, build, cls=None):
     if isinstance(k, ir.Kernel):
         k = Kernel(ir_kernel=k)
     if not isinstance(k, Kernel):
@@ -144,18 +169,43 @@ def _derived(k, wrt, kind, build):
     cache = k.__dict__.setdefault("_polyad_derived", {})
     key = (kind, _wrt_key(wrt), _RULES_VERSION[0])
     if key not in cache:
-        cache[key] = DerivedKernel(build(k.ir, wrt), kind, k, wrt)
+        cache[key] = (cls or DerivedKernel)(build(k.ir, wrt), kind, k, wrt)
     return cache[key]
 
 
 @user_facing
-def grad(k, wrt) -> DerivedKernel:
+def grad(k, wrt, mode: Optional[str] = None) -> DerivedKernel:
     """Gradient of the scalar a kernel returns, with respect to ``wrt``.
 
     ``wrt``: a parameter name (the call returns one array or float), a list
     (a tuple comes back) or a dict ``label -> name`` (a dict comes back).
+    ``mode``: ``"reverse"`` (one adjoint sweep for all of ``wrt``) or
+    ``"forward"`` (one tangent sweep per parameter; scalar parameters only).
+    Without ``mode``: forward when every ``wrt`` parameter is a scalar (the
+    cheap direction for few inputs), reverse otherwise.
     """
+    if mode is None:
+        names = ad.check_wrt(kernel_ir(k), wrt)
+        pk = kernel_ir(k)
+        mode = "reverse" if any(pk.param(n).is_array for n in names) else "forward"
+    if mode == "forward":
+        return _derived(k, wrt, "grad_forward", ad.forward_grad_kernel)
+    if mode != "reverse":
+        raise ValueError(f"mode must be 'forward' or 'reverse', got {mode!r}")
     return _derived(k, wrt, "grad", ad.grad_kernel)
+
+
+@user_facing
+def jvp(k, wrt) -> DerivedKernel:
+    """Pushforward (forward mode): call with ``k``'s inputs, then one tangent per ``wrt``
+    parameter (same shape; a float for a scalar), optionally the ``pa.Out`` arrays;
+    returns ``(outputs, tangents)``: each shaped like ``k``'s own return (the scalar
+    value first, then its ``pa.Out`` arrays, one item unwrapped)::
+
+        y, ydot = pa.jvp(blur, wrt="x")(x, f, xdot)
+        c, cdot = pa.jvp(cost, wrt=["g", "lam"])(g, b, lam, gdot, lamdot)
+    """
+    return _derived(k, wrt, "jvp", ad.jvp_kernel)
 
 
 @user_facing
@@ -170,6 +220,95 @@ def vjp(k, wrt) -> DerivedKernel:
     in-out arrays, in order), then the cotangent of the returned scalar if any; returns
     the cotangent(s) of ``wrt``."""
     return _derived(k, wrt, "vjp", ad.vjp_kernel)
+
+
+@user_facing
+def hvp(k, wrt) -> DerivedKernel:
+    """Hessian-vector product of the scalar a kernel returns: call with ``k``'s inputs, then
+    one vector per ``wrt`` parameter (shaped like it); returns ``H v`` shaped like ``wrt``
+    (one array or float, a tuple, or a dict). Forward mode over the reverse-mode gradient
+    kernel::
+
+        hv = pa.hvp(cost, wrt="g")(g, b, 0.1, v)
+    """
+    return _derived(k, wrt, "hvp", ad.hvp_kernel)
+
+
+#: the largest number of entries of ``wrt`` ``pa.hessian`` builds a dense Hessian for
+HESSIAN_MAX_SIZE = 4096
+
+
+class HessianKernel(DerivedKernel):
+    """``pa.hessian``: the hvp kernel (its ``.ir``), called once per unit vector."""
+
+    def __call__(self, *args, **kwargs):
+        pk = kernel_ir(self.primal)
+        (name,) = self.wrt_names
+        bound, sizes = bind_args(pk, args, kwargs)
+        x = bound[name]
+        shape = np.shape(x)
+        n = int(np.prod(shape)) if shape else 1
+        if n > HESSIAN_MAX_SIZE:
+            raise ShapeError(f"pa.hessian({pk.name}, wrt={name!r}): {name} has {n} entries; a "
+                             f"dense Hessian is built for at most {HESSIAN_MAX_SIZE} "
+                             f"(pa.derivatives.HESSIAN_MAX_SIZE) - use pa.hvp(k, wrt) for "
+                             f"Hessian-vector products instead")
+        inputs = {p.name: bound[p.name] for p in pk.params if p.intent != "out"}
+        dt = np.asarray(x).dtype if shape else np.float64
+        cols = []
+        for j in range(n):
+            e = np.zeros(n, dt)
+            e[j] = 1
+            v = e.reshape(shape) if shape else 1.0
+            raw = Kernel.__call__(self, **inputs, **{f"{name}_dot": v}, **sizes)
+            cols.append(np.asarray(raw).reshape(-1)[:n] if shape else
+                        float(np.asarray(raw).reshape(-1)[0]))
+        if not shape:
+            return cols[0]
+        return np.stack(cols, axis=-1).reshape(shape + shape)
+
+
+@user_facing
+def hessian(k, wrt: str) -> HessianKernel:
+    """Dense Hessian of the scalar a kernel returns with respect to one parameter, by
+    ``pa.hvp`` over unit vectors (one compiled hvp call per entry); for small inputs:
+    shape ``x.shape + x.shape`` (a float for a scalar). Above ``HESSIAN_MAX_SIZE``
+    entries it raises ``pa.ShapeError`` (use ``pa.hvp``)."""
+    if not isinstance(wrt, str):
+        raise TypeError("pa.hessian(k, wrt) takes one parameter name; for several, use "
+                        "pa.hvp with vectors for each")
+    return _derived(k, wrt, "hessian",
+                    ad.hvp_kernel, cls=HessianKernel)
+
+
+@user_facing
+def adjoint(k, wrt) -> DerivedKernel:
+    """The transpose of a kernel linear in ``wrt``, as a kernel: call it with ``k``'s other
+    inputs, then one cotangent per output array (then ``result_bar`` for a returned
+    scalar); it returns the ``wrt``-shaped result ``A^T w``::
+
+        xt = pa.adjoint(blur, wrt="x")(f, w)
+
+    Raises ``pa.NotLinearError`` (naming the statement and line) when ``k`` is not
+    linear in ``wrt`` (``pa.is_linear``).
+    """
+    return _derived(k, wrt, "adjoint", ad.adjoint_kernel)
+
+
+@user_facing
+def is_linear(k, wrt) -> bool:
+    """Is every output of kernel ``k`` linear in ``wrt``? Conservative: a linear kernel may
+    be answered False (say, one holding an affine value in a variable it later reuses),
+    a nonlinear one is never answered True. Looks through device functions and
+    temporaries."""
+    return ad.is_linear(kernel_ir(k), wrt)
+
+
+@user_facing
+def is_affine(k, wrt) -> bool:
+    """Is every output of kernel ``k`` affine (linear plus a constant) in ``wrt``?
+    Conservative like ``is_linear``."""
+    return ad.is_affine(kernel_ir(k), wrt)
 
 
 # --------------------------------------------------------------------------

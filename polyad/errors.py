@@ -114,3 +114,8 @@ class InternalError(PolyadError, RuntimeError):
             f"{type(cause).__name__}: {cause}\n"
             "  hint: this is a bug in polyad, not in your kernel; please report it with the "
             "kernel's source (the traceback above the error shows where it failed)")
+
+
+class NotLinearError(DSLError):
+    """A kernel is not linear in the parameters an adjoint or linear operator needs it
+    linear in; names the statement (and its DSL line) that breaks linearity."""

@@ -535,9 +535,14 @@ def _variable_dependences(var_reads, must_w, writes, sched, flow_only: bool):
     """(flow, output, anti) dependences of one variable; output and anti are None
     when ``flow_only``."""
 
+    # The schedule restricted to the statements that touch this variable: with the whole
+    # kernel's schedule, isl's compute_flow has been seen to skip a must-source (a boundary
+    # piece of a scalar reduction in a jvp kernel, which was then deleted as dead).
+    var_sched = sched.intersect_domain(writes.domain().union(var_reads.domain()))
+
     def flow(sink, must_src, may_src):
         ai = isl.UnionAccessInfo.from_sink(sink).set_must_source(must_src) \
-            .set_may_source(may_src).set_schedule_map(sched)
+            .set_may_source(may_src).set_schedule_map(var_sched)
         try:
             return ai.compute_flow().get_may_dependence()
         except isl.Error:
@@ -545,7 +550,7 @@ def _variable_dependences(var_reads, must_w, writes, sched, flow_only: bool):
             # expression involves some of the domain dimensions"); every
             # earlier access of the same element is a superset of the exact
             # answer, which is safe for every use of dependences.
-            return _ordered_pairs(must_src.union(may_src), sink, sched)
+            return _ordered_pairs(must_src.union(may_src), sink, var_sched)
 
     may_w = writes.subtract(must_w)
     flow_deps = flow(var_reads, must_w, may_w).coalesce()

@@ -189,14 +189,30 @@ def test_usage_errors_exit_2(polyad_cmd, src, args, message):
     assert not (src / "out").exists()
 
 
-def test_jvp_reports_availability(polyad_cmd, src):
-    import polyad.ad
-    p = run(polyad_cmd, "show", "kernels.py:blur", "--jvp", "x", cwd=src)
-    if hasattr(polyad.ad, "jvp_kernel"):
-        assert p.returncode == 0, p.stderr
-    else:
-        assert p.returncode == 2
-        assert "--jvp is not available yet" in p.stderr
+@pytest.mark.parametrize("flag,name,text", [
+    ("--jvp", "x", "tangent of"),
+    ("--adjoint", "x", "blur_adjoint_x"),
+])
+def test_forward_and_adjoint_flags_show(polyad_cmd, src, flag, name, text):
+    p = run(polyad_cmd, "show", "kernels.py:blur", flag, name, cwd=src)
+    assert p.returncode == 0, p.stderr
+    assert text in p.stdout
+
+
+def test_hvp_flag_show_and_emit(polyad_cmd, src, tmp_path):
+    p = run(polyad_cmd, "show", "kernels.py:tv_cost", "--hvp", "g", cwd=src)
+    assert p.returncode == 0, p.stderr
+    assert "tv_cost_hvp_g" in p.stdout and "tangent of: adjoint of" in p.stdout
+    out = tmp_path / "emitted"
+    p = run(polyad_cmd, "emit", "kernels.py:blur", "--adjoint", "x", "-o", out, cwd=src)
+    assert p.returncode == 0, p.stderr
+    assert (out / "blur_adjoint_x.c").is_file() and (out / "blur_adjoint_x.h").is_file()
+
+
+def test_adjoint_flag_on_nonlinear_kernel_names_the_line(polyad_cmd, src):
+    p = run(polyad_cmd, "show", "kernels.py:tv_cost", "--adjoint", "g", cwd=src)
+    assert p.returncode == 1
+    assert "kernels.py:" in p.stderr and "not linear in g" in p.stderr
 
 
 def test_dsl_error_exit_1_with_location(polyad_cmd, src):

@@ -34,6 +34,14 @@ In-out arrays: the derived kernel never modifies its inputs. An in-out array
 work on the copy; ``d_x`` is the derivative with respect to ``x``'s value on
 entry, and in ``vjp`` ``x_bar`` is the cotangent of its value on exit.
 
+``jvp_kernel(k, wrt)`` / ``forward_grad_kernel(k, wrt)`` / ``hvp_kernel(k, wrt)``
+    Forward mode (tangent statements beside the primal ones); see
+    ``polyad.ad.forward`` for their parameters.
+
+``adjoint_kernel(k, wrt)``
+    The transpose of a kernel linear in ``wrt`` (``polyad.ad.linearity``, which
+    also has the conservative ``is_linear`` / ``is_affine`` checks).
+
 ``wrt`` is a parameter name, a list of names, or a dict ``label -> name``
 (the kernel is the same; the user API returns a dict).
 
@@ -47,9 +55,12 @@ adjoints ``d_<var>``, self-update temporaries ``t_<stmt>``, tapes
 ``tape_<stmt>_<var>``.
 """
 
+from .forward import forward_grad_kernel, hvp_kernel, jvp_kernel  # noqa: F401
+from .linearity import adjoint_kernel, check_linear, is_affine, is_linear  # noqa: F401
 from .reverse import (NoGradientPathWarning, check_wrt, grad_kernel, value_and_grad_kernel,  # noqa: F401
                       vjp_kernel)
 from .tape import tape_arrays, tape_bytes, tape_report  # noqa: F401
 
-__all__ = ["grad_kernel", "value_and_grad_kernel", "vjp_kernel", "check_wrt", "tape_bytes",
+__all__ = ["jvp_kernel", "forward_grad_kernel", "hvp_kernel", "adjoint_kernel", "is_linear", "is_affine",
+           "check_linear", "grad_kernel", "value_and_grad_kernel", "vjp_kernel", "check_wrt", "tape_bytes",
            "tape_arrays", "tape_report", "NoGradientPathWarning"]

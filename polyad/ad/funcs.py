@@ -22,12 +22,14 @@ again (``f_d_x_d_x`` is the second derivative).
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 from typing import Optional
 
 from .. import ir
-from ..ir import Call, Cast, Expr, FAssign, FIf, FReturn, FuncDef, ScalarRef, Select
-from .exprs import add, cast, fconst, mul, select
-from .rules import FUNC_RULES, partials
+from ..ir import Call, Expr, FAssign, FIf, FReturn, FuncDef, ScalarRef
+from .exprs import cast, fconst
+from .rules import FUNC_RULES
+from .rules import tangent as rules_tangent
 
 _CACHE: dict = {}
 
@@ -108,40 +110,20 @@ def _derive(f: FuncDef, pname: str, lib: FuncLibrary, deps: list) -> FuncDef:
             new_locals.append((n, dtypes[v]))
         return tan_names[v]
 
+    def leaf_tangent(x: Expr) -> Optional[Expr]:
+        if isinstance(x, ScalarRef):
+            if x.name == pname:
+                return fconst(1, x.dtype)
+            if x.name in tan_names:
+                return ScalarRef(tan_names[x.name], x.dtype)
+        return None
+
+    # the library, recording in ``deps`` the partial functions the new body calls
+    collecting = SimpleNamespace(get=lib.get,
+                                 partial_call=lambda call, k: lib.partial_call(call, k, deps))
+
     def tangent(e: Expr) -> Optional[Expr]:
-        if not e.dtype.is_float:
-            return None
-        if isinstance(e, ScalarRef):
-            if e.name == pname:
-                return fconst(1, e.dtype)
-            if e.name in tan_names:
-                return ScalarRef(tan_names[e.name], e.dtype)
-            return None
-        if isinstance(e, Select):
-            return select(e.cond, tangent(e.a), tangent(e.b))
-        if isinstance(e, Cast):
-            return cast(tangent(e.a), e.dtype)
-        if isinstance(e, Call) and lib.get(e.func) is not None:
-            out = None
-            for k, a in enumerate(e.args):
-                ta = tangent(a)
-                if ta is not None:
-                    out = add(out, mul(lib.partial_call(e, k, deps), ta))
-            return out
-        kids = e.children()
-        if not kids:
-            return None
-        ts = [tangent(k) for k in kids]
-        if all(t is None for t in ts):
-            return None
-        ps = partials(e)
-        if ps is None:
-            raise TypeError(f"no derivative rule for {ir.expr_str(e)}")
-        out = None
-        for p, t in zip(ps, ts):
-            if p is not None and t is not None:
-                out = add(out, mul(t, p))
-        return out
+        return rules_tangent(e, leaf_tangent, collecting)
 
     def body(stmts) -> tuple:
         out = []

@@ -8,8 +8,9 @@ respect to each of its operands, as IR expressions in the primal values::
 
 ``None`` means "exactly zero" (the operand does not influence the value, or
 only through a piecewise-constant function such as ``floor``). Reverse mode
-multiplies the incoming adjoint by these partials; the tangent (forward)
-derivative of device functions multiplies the operand tangents by them.
+multiplies the incoming adjoint by these partials; forward mode (``tangent``
+below: kernels' tangent statements and the derivatives of device functions)
+multiplies the operand tangents by the same partials - one table serves both.
 
 Conventions (documented, tested):
 
@@ -35,8 +36,8 @@ import math
 from typing import Callable, Optional
 
 from .. import ir
-from ..ir import Binary, Call, Expr, Unary
-from .exprs import (add, call, compare, div, fconst, mul, neg, power, select, sub)
+from ..ir import Binary, Call, Cast, Expr, Load, ScalarRef, Select, Unary
+from .exprs import (add, call, cast, compare, div, fconst, mul, neg, power, select, sub)
 
 Partials = tuple  # tuple[Optional[Expr], ...], one per operand
 
@@ -331,3 +332,50 @@ def partials(e: Expr) -> Optional[Partials]:
     if isinstance(e, Unary) and e.op == "neg":
         return OP_RULES["neg"](e)
     return None
+
+
+def tangent(e: Expr, leaf_tangent: Callable[[Expr], Optional[Expr]],
+            funcs=None) -> Optional[Expr]:
+    """The forward-mode derivative (tangent) of ``e``; None is an exact zero.
+
+    ``leaf_tangent(x)`` gives the tangent of a read ``x`` (a ``Load`` or a
+    ``ScalarRef``; None when it is not varied). Every other node combines its
+    operands' tangents with the *same* partials reverse mode uses
+    (``partials``): ``d e = sum_k (d e / d operand_k) * d operand_k``.
+    ``funcs`` (an ``ad.funcs.FuncLibrary``, or any object with ``get(name)`` and
+    ``partial_call(call, k)``) resolves calls of device functions through their
+    partial functions. Only float values have tangents.
+    """
+
+    def rec(x: Expr) -> Optional[Expr]:
+        if not x.dtype.is_float:
+            return None
+        if isinstance(x, (Load, ScalarRef)):
+            return leaf_tangent(x)
+        if isinstance(x, Select):
+            return select(x.cond, rec(x.a), rec(x.b))
+        if isinstance(x, Cast):
+            return cast(rec(x.a), x.dtype)
+        if isinstance(x, Call) and funcs is not None and funcs.get(x.func) is not None:
+            out = None
+            for k, a in enumerate(x.args):
+                ta = rec(a)
+                if ta is not None:
+                    out = add(out, mul(funcs.partial_call(x, k), ta))
+            return out
+        kids = x.children()
+        if not kids:
+            return None
+        ts = [rec(k) for k in kids]
+        if all(t is None for t in ts):
+            return None
+        ps = partials(x)
+        if ps is None:
+            raise TypeError(f"no derivative rule for {ir.expr_str(x)}")
+        out = None
+        for p, t in zip(ps, ts):
+            if p is not None and t is not None:
+                out = add(out, mul(t, p))
+        return out
+
+    return rec(e)
