@@ -7,8 +7,8 @@ module exports.
 from .api import Func, Kernel, compile, empty, from_c, func, kernel, sizes, zeros  # noqa: F401
 from .derivatives import (check_grad, custom_vjp, derivative, grad, value_and_grad,  # noqa: F401
                           vjp)
-from .errors import (ArgumentError, BoundsError, CompileError, DSLError, DTypeError,  # noqa: F401
-                     NotDifferentiableError, PolyadError, ShapeError, TilingError)
+from .errors import (ArgumentError, BoundsError, CompileError, DeviceError, DSLError,  # noqa: F401
+                     DTypeError, NotDifferentiableError, PolyadError, ShapeError, TilingError)
 from .intrinsics import INTRINSICS as _INTRINSICS
 from .ir import Out, f32, f64, i32, i64  # noqa: F401
 from .logconf import configure_from_env as _configure_logging

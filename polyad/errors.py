@@ -58,3 +58,7 @@ class CompileError(PolyadError):
 
 class TilingError(PolyadError):
     """A kernel cannot be run tile by tile as its arguments are cut (``polyad.dask``)."""
+
+
+class DeviceError(PolyadError):
+    """No usable CUDA device, or a CUDA call failed; the message carries CUDA's own."""
