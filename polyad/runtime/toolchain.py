@@ -85,7 +85,7 @@ def compile_c(source: str, name: str, sanitize: str | None = None) -> Path:
 CUDA_INCLUDE = Path(__file__).parent / "include"
 NVCC_FLAGS = ("-O3", "-shared", "-Xcompiler", "-fPIC", "-std=c++17")
 # The simulator compiles the same .cu text as C++ against polyad_cuda_sim.h.
-SIM_FLAGS = ("-O2", "-shared", "-fPIC", "-std=c++17", "-x", "c++")
+SIM_FLAGS = ("-O1", "-shared", "-fPIC", "-std=c++17", "-x", "c++")
 
 
 @functools.lru_cache(maxsize=None)
