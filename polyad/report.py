@@ -104,6 +104,7 @@ def artifact_report(art: Artifact) -> dict:
         "schedule_tree": _schedule_tree(sk.schedule.get_root()),
         "loops": outline.loops,
         "ast": outline.lines,
+        "target_notes": list(getattr(art.plan, "notes", lambda: [])()),
         "temporaries": [_temp(t, tapes) for t in k.temps],
         "source": art.source,
     }
@@ -474,6 +475,10 @@ def _text(d: dict) -> str:
         lines.append(f"  {lp['id']} (loop over {lp['iterator']}, statements "
                      f"{', '.join(lp['statements'])}): {lp['decision']}")
         lines += [f"      why: {w}" for w in lp["why"]]
+
+    if d["target_notes"]:
+        _section(lines, f"target {d['target']}")
+        lines += [f"  {note}" for note in d["target_notes"]]
 
     if d["temporaries"]:
         _section(lines, "temporary and tape arrays (the Python wrapper allocates them; "

@@ -1,114 +1,58 @@
-"""CUDA C emitter: __global__ kernels and a host launcher for a scheduled kernel.
+"""CUDA C emitter: __global__ kernels and a host launcher, printed from a CUDA plan.
 
-Mapping (recorded in ``CudaPlan``, which ``pa.explain`` prints):
+The plan (``polyad.target.cuda``) chose the grid bands and how carried
+dependences are honoured; this module prints it:
 
-- The outermost parallel loop and the parallel loops perfectly nested in it
-  (at most 3) go to the grid: the innermost of them to ``x`` (unit stride,
-  coalesced), blocks of 256 threads (256, 32x8 or 32x4x2), *grid-stride*
-  loops so any grid size is correct; the host sizes the grid from the loop
-  extents (at most 65535 blocks per dimension). Loops inside run sequentially
-  per thread.
-- Scalar reductions carried by the grid loops: a per-thread partial, combined
-  per block by ``pa_reduce_add`` (warp shuffles, shared memory, one
-  ``atomicAdd`` per block); with ``deterministic=True`` the block sums go to a
-  buffer that a second pass adds in a fixed order.
-- Small scatter targets (a filter gradient): a block-private copy in shared
-  memory (``pa_privatize_begin/end``), shared-memory ``atomicAdd`` per update,
-  one global ``atomicAdd`` per element and block; other scatters: global
-  ``atomicAdd``. Gathers need nothing.
-- Code outside any grid loop runs in one-thread kernels (sequential loops with
-  a grid loop inside run on the host and launch per iteration).
-- Scalar locals live in a device struct (``pa_s``); inside a grid kernel a
+- a band becomes one ``__global__`` kernel whose band loops are grid-stride
+  loops (``for (i = lo + global thread index; i <= hi; i += threads in grid)``)
+  and one launch, the grid sized on the host from the loops' extents (at most
+  65535 blocks per dimension; grid-stride loops cover the rest);
+- scalar reductions: a per-thread partial and ``pa_reduce_add`` (or
+  ``pa_reduce_store`` + ``pa_sum_partials`` for deterministic plans);
+  privatized arrays: ``pa_privatize_begin/end`` around the band, updates with
+  ``atomicAdd`` on the block's copy; atomic statements: ``atomicAdd``;
+- code outside every band: one-thread kernels; host loops and conditions
+  around bands stay on the host;
+- scalar locals live in a device struct (``pa_s``); in a band kernel each
   thread keeps its own copy of the scalars it writes.
 
 The host launcher has the C signature of the OpenMP function (same parameter
 order and types), but its array and temporary pointers are *device* pointers;
 the result pointer is a host pointer. Errors are recorded, never fatal:
 ``pa_last_error()`` returns the first CUDA error of the calling thread.
-The text compiles with nvcc, and with g++ against the simulator header
-(``polyad_cuda_sim.h``) for ``target="cuda-sim"``.
+The text compiles with nvcc, and with a C++ compiler against the simulator
+header (``polyad_cuda_sim.h``, target ``cuda-sim``).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
-from typing import Optional
+from dataclasses import dataclass
 
 import islpy as isl
 
 from .. import ir
 from ..ir import Load
-from ..schedule import ScheduledKernel
-from ..schedule.build import ast_children, loop_info
 from .c_openmp import POLYAD_VERSION, _Emitter, _flat_block, _used_scalars, cname, signature
-from .cexpr import AST_HELPERS
+from .cexpr import AST_HELPERS, Dialect
 
-BLOCK_SHAPES = {1: (256, 1, 1), 2: (32, 8, 1), 3: (32, 4, 2)}
 # Threads assumed along a grid dimension whose extent the host cannot compute
 # (bounds that depend on another grid loop): grid-stride loops cover the rest.
 UNKNOWN_EXTENT = 1024
-DEFAULT_ARCH = "sm_80"
 
 
-@dataclass
-class Launch:
-    """One kernel launch of the host launcher (an entry of the CUDA plan)."""
+@dataclass(frozen=True)
+class CudaDialect(Dialect):
+    """CUDA C++: ``__restrict__``, host-and-device helpers, ``atomicAdd`` updates."""
 
-    name: str
-    kind: str                      # "grid" or "serial"
-    loops: tuple = ()              # grid loops, outermost first: (iterator, axis)
-    block: tuple = (1, 1, 1)
-    reductions: dict = field(default_factory=dict)   # scalar -> (op, "block reduce"|"two-pass")
-    privatized: dict = field(default_factory=dict)   # array -> flat size (IR expression)
-    atomic: tuple = ()             # statement names updated with global atomicAdd
-    private: tuple = ()            # scalars each thread keeps its own copy of
-    statements: tuple = ()
-    why: str = ""
+    def atomic_update(self, target: str, op: str, value: str) -> list[str]:
+        if op not in ("+=", "-="):
+            raise ValueError(f"no CUDA atomic for {op!r}")
+        return [f"atomicAdd(&{target}, {value if op == '+=' else f'-({value})'});"]
 
 
-@dataclass
-class CudaPlan:
-    """How a scheduled kernel maps onto CUDA: the launches in host order."""
-
-    launches: list
-    deterministic: bool
-    arch_note: str = (f"nvcc -arch=native when a GPU is present, else -arch={DEFAULT_ARCH} "
-                      f"(double atomicAdd needs sm_60+)")
-
-    def describe(self) -> list[str]:
-        """One line per launch and decision, for ``pa.explain``."""
-        out = [f"architecture: {self.arch_note}"]
-        for ln in self.launches:
-            if ln.kind == "serial":
-                out.append(f"{ln.name}<<<1, 1>>>: {', '.join(ln.statements)} run in one "
-                           f"thread ({ln.why})")
-                continue
-            axes = ", ".join(f"{it} -> {ax}" for it, ax in ln.loops)
-            out.append(f"{ln.name}<<<grid, {'x'.join(map(str, ln.block[:len(ln.loops)]))}>>>: "
-                       f"grid-stride loops {axes}")
-            for var, (op, how) in sorted(ln.reductions.items()):
-                out.append(f"  scalar {var!r} ({op}=): per-thread partial, {how}")
-            for arr, n in sorted(ln.privatized.items()):
-                out.append(f"  {arr!r} ({ir.expr_str(n)} elements): block-private copy in shared "
-                           f"memory, one atomicAdd per element and block (global atomics "
-                           f"when it exceeds 48 KiB)")
-            if ln.atomic:
-                out.append(f"  global atomicAdd: {', '.join(ln.atomic)}")
-            if ln.private:
-                out.append(f"  per-thread scalars: {', '.join(ln.private)}")
-            if ln.why:
-                out.append(f"  {ln.why}")
-        return out
-
-
-def _loop_key(node: isl.AstNode) -> Optional[str]:
-    if node.get_type() != isl.ast_node_type.for_:
-        return None
-    try:
-        return node.get_annotation().get_name()
-    except isl.Error:
-        return None
+CUDA = CudaDialect(name="cuda", restrict="__restrict__",
+                   function_qualifier="static __host__ __device__ inline")
 
 
 def _device_decl(decl: str) -> str:
@@ -116,99 +60,25 @@ def _device_decl(decl: str) -> str:
 
 
 class _CudaEmitter(_Emitter):
-    def __init__(self, sk: ScheduledKernel, deterministic: bool):
-        super().__init__(sk)
-        self.deterministic = deterministic
-        self.sig = signature(self.k)
+    def __init__(self, plan):
+        super().__init__(plan, CUDA)
+        self.deterministic = plan.deterministic
+        self.sig = signature(self.k, CUDA)
         self.used = _used_scalars(self.k)
         self.local_types = {n: dt for n, dt in self.k.locals if n in self.used}
         self.struct = f"pa_locals_{self.sig.name}" if self.local_types else None
-        self.host_names = dict(self.names)
+        self.host_names = dict(plan.names)
         for n in self.local_types:
             self.host_names[n] = f"pa_s->{cname(n)}"
+        self.names = self.host_names
         self.device_code: list[str] = []
-        self.launches: list[Launch] = []
-        self.grid_bands: dict[str, list] = {}
-        self._choose_grid(sk.ast, [])
-
-    # ---- which loops go to the grid ----------------------------------------
-    def _eligible(self, info) -> bool:
-        if info is None or not info.parallel:
-            return False
-        if not self.deterministic:
-            return True
-        k = self.k
-        if info.atomic or any(k.array_type(a).dtype.is_float for a in info.privatized):
-            return False  # no fixed-order form for scatters: leave it sequential
-        return all(op == "+" or not k.scalar_dtype(v).is_float
-                   for v, op in info.reductions.items())
-
-    def _band(self, node) -> list:
-        band = [node]
-        while len(band) < 3:
-            body = band[-1].for_get_body()
-            while body.get_type() == isl.ast_node_type.mark:
-                body = body.mark_get_node()
-            if body.get_type() != isl.ast_node_type.for_ or not self._eligible(
-                    loop_info(body, self.sk.loops)):
-                break
-            band.append(body)
-        return band
-
-    def _clean_inside(self, node) -> bool:
-        """Is there an eligible loop below without atomics and with many iterations?"""
-        for c in ast_children(node):
-            info = loop_info(c, self.sk.loops)
-            if self._eligible(info) and not info.atomic and not info.small:
-                return True
-            if self._clean_inside(c):
-                return True
-        return False
-
-    def _choose_grid(self, node, path: list):
-        info = loop_info(node, self.sk.loops)
-        if self._eligible(info):
-            band = self._band(node)
-            infos = [loop_info(b, self.sk.loops) for b in band]
-            all_small = all(i.small for i in infos)
-            atomics = any(i.atomic for i in infos)
-            if not ((all_small or atomics) and self._clean_inside(band[-1])):
-                self.grid_bands[_loop_key(node)] = band
-                return
-        for c in ast_children(node):
-            self._choose_grid(c, path)
+        self.launch_count = 0
 
     def _contains_grid(self, node) -> bool:
-        if _loop_key(node) in self.grid_bands:
+        lp = self.plan.loop(node)
+        if lp is not None and lp.threads:
             return True
-        return any(self._contains_grid(c) for c in ast_children(node))
-
-    # ---- device statements ---------------------------------------------------
-    def statement(self, st: ir.Statement, indent: str, atomic: bool):
-        if not atomic:
-            return super().statement(st, indent, False)
-        p = self.printer
-        value = p.expr(st.expr, self.names, 8 if st.op == "-=" else 0)
-        value = f"-{value}" if st.op == "-=" else value
-        dt = self.k.array_type(st.target.array).dtype
-        fn = "pa_atomic_add" if dt == ir.i64 else "atomicAdd"
-        body = f"{fn}(&{self.target_text(st)}, {value});"
-        if st.guard is not None:
-            self.out(indent, f"if ({p.expr(st.guard, self.names)}) {{")
-            self.out(indent + "  ", body + self.comment(st))
-            self.out(indent, "}")
-        else:
-            self.out(indent, body + self.comment(st))
-
-    def for_loop(self, node, indent, iters, atomic):
-        it = node.for_get_iterator().get_id().get_name()
-        name = self.iterator_name(node, it, iters)
-        iters = {**iters, it: name}
-        init, cond, inc = self._bounds(node, iters)
-        step = f"{name} += {inc}" if inc != "1" else f"{name}++"
-        self.out(indent, f"for (int64_t {name} = {init}; {cond}; {step}) {{")
-        self.walk(node.for_get_body(), indent + "  ", iters, atomic)
-        self.out(indent, "}")
+        return any(self._contains_grid(c) for c in _children(node))
 
     def _bounds(self, node, iters):
         init = self.ast_c(node.for_get_init(), iters)
@@ -225,7 +95,7 @@ class _CudaEmitter(_Emitter):
         def visit(n):
             if n.get_type() == isl.ast_node_type.user:
                 out.append(n.user_get_expr().get_op_arg(0).get_id().get_name())
-            for c in ast_children(n):
+            for c in _children(n):
                 visit(c)
         for n in nodes:
             visit(n)
@@ -236,7 +106,7 @@ class _CudaEmitter(_Emitter):
         decls, args = [], []
         for kind, name, decl in self.sig.params:
             if kind != "result":
-                decls.append(_device_decl(decl))
+                decls.append(decl)
                 args.append(cname(name))
         if self.struct:
             decls.append(f"{self.struct} *__restrict__ pa_s")
@@ -246,66 +116,56 @@ class _CudaEmitter(_Emitter):
             args.append(c)
         return decls, args
 
+    def _kernel_name(self, kind: str) -> str:
+        name = f"{self.sig.name}_{kind}{self.launch_count}"
+        self.launch_count += 1
+        return name
+
     def serial_kernel(self, nodes: list, indent: str, host_iters: dict):
-        name = f"{self.sig.name}_s{len(self.launches)}"
-        stmts = self._statement_names(nodes)
-        self.launches.append(Launch(name, "serial", statements=tuple(stmts),
-                                    why="not in a parallel loop"))
+        """Code outside every grid band: one thread runs it, in program order."""
+        name = self._kernel_name("s")
         decls, args = self._params(host_iters)
         saved, self.lines, self.names = self.lines, [], self.host_names
         for node in nodes:
             self.walk(node, "  ", host_iters, frozenset())
         body, self.lines = self.lines, saved
-        self.device_code += [f"__global__ void {name}({', '.join(decls)})", "{"] + body + ["}", ""]
+        self.device_code += ([f"/* statements {', '.join(self._statement_names(nodes))}: not in "
+                              f"a parallel loop, one thread */",
+                              f"__global__ void {name}({', '.join(decls)})", "{"]
+                             + body + ["}", ""])
         self.out(indent, f"PA_LAUNCH({name}, dim3(1), dim3(1), 0, {', '.join(args)});")
 
     def grid_kernel(self, node, indent: str, host_iters: dict):
-        band = self.grid_bands[_loop_key(node)]
-        infos = [loop_info(b, self.sk.loops) for b in band]
-        name = f"{self.sig.name}_k{len(self.launches)}"
-        stmts = self._statement_names([node])
+        """A grid band: one __global__ kernel with grid-stride loops, and its launch."""
+        head = self.plan.loop(node)
+        band = [node]
+        while len(band) < len(head.band):
+            body = band[-1].for_get_body()
+            while body.get_type() == isl.ast_node_type.mark:
+                body = body.mark_get_node()
+            band.append(body)
+        name = self._kernel_name("k")
         k = self.k
-        reductions = {}
-        privatized, atomic = {}, set()
-        for info in infos:
-            reductions.update(info.reductions)
-            privatized.update(info.privatized)
-            atomic |= set(info.atomic)
+        reductions, privatized = head.reductions, head.privatized
+        stmts = self._statement_names([node])
         by_name = {n: self.sk.statement(n) for n in stmts}
-        atomic |= {n for n, st in by_name.items()
-                   if isinstance(st.target, Load) and st.target.array in privatized}
-        touched = set()
+        atomic = set(head.atomic) | {n for n, st in by_name.items()
+                                     if isinstance(st.target, Load)
+                                     and st.target.array in privatized}
         written = set()
         for st in by_name.values():
-            touched |= st.scalar_reads()
             if isinstance(st.target, ir.ScalarRef):
-                touched.add(st.target.name)
                 written.add(st.target.name)
-        two_pass = self.deterministic
-        launch = Launch(name, "grid", block=BLOCK_SHAPES[len(band)], statements=tuple(stmts),
-                        reductions={v: (op, "pairwise per block, then one global atomic per block"
-                                        if not two_pass else
-                                        "block sums stored, then added in a fixed order "
-                                        "(deterministic=True)")
-                                    for v, op in sorted(reductions.items())},
-                        privatized=dict(sorted(privatized.items())),
-                        atomic=tuple(sorted(atomic - {n for n, st in by_name.items()
-                                                      if isinstance(st.target, Load)
-                                                      and st.target.array in privatized})),
-                        private=tuple(sorted(written - set(reductions))))
-        self.launches.append(launch)
 
         # Names inside the kernel: a thread's own copy of the scalars it writes.
         names = dict(self.host_names)
         for v in written:
             names[v] = cname(v)
-        for a in privatized:
-            names[a] = f"{cname(a)}_block"
         decls, args = self._params(host_iters)
         if privatized:
             decls.append("int64_t pa_smem_bytes")
             args.append("pa_smem")
-        partials = {v: f"pa_partials_{cname(v)}" for v in reductions} if two_pass else {}
+        partials = {v: f"pa_partials_{cname(v)}" for v in reductions} if head.two_pass else {}
         for v, pname in partials.items():
             decls.append(f"{k.scalar_dtype(v).c_type} *__restrict__ {pname}")
             args.append(pname)
@@ -314,78 +174,76 @@ class _CudaEmitter(_Emitter):
         saved_arrays = self.printer.array_names
         self.printer.array_names = {**saved_arrays,
                                     **{a: f"{cname(a)}_block" for a in privatized}}
-        head = []
+        prologue = []
         for v in sorted(written):
             dt = k.scalar_dtype(v)
             if v in reductions:
                 init = "1" if reductions[v] == "*" else "0"
-                head.append(f"  {dt.c_type} {cname(v)} = {init};  // this thread's partial "
-                            f"{'product' if init == '1' else 'sum'} of {v}")
+                prologue.append(f"  {dt.c_type} {cname(v)} = {init};  // this thread's partial "
+                                f"{'product' if init == '1' else 'sum'} of {v}")
             else:
-                head.append(f"  {dt.c_type} {cname(v)} = pa_s->{cname(v)};")
-        offset = "0"
+                prologue.append(f"  {dt.c_type} {cname(v)} = pa_s->{cname(v)};  "
+                                f"// this thread's copy")
         smem_terms = []
         for a, n in sorted(privatized.items()):
             dt = k.array_type(a).dtype
             size = self.printer.expr(n, self.host_names)
-            head.append(f"  {dt.c_type} *{cname(a)}_block = pa_privatize_begin({cname(a)}, "
-                        f"{size}, {offset}, pa_smem_bytes);")
-            term = f"pa_align16(({size}) * (int64_t)sizeof({dt.c_type}))"
-            smem_terms.append(term)
-            offset = " + ".join(smem_terms)
+            offset = " + ".join(smem_terms) or "0"
+            prologue.append(f"  {dt.c_type} *{cname(a)}_block = pa_privatize_begin({cname(a)}, "
+                            f"{size}, {offset}, pa_smem_bytes);  // this block's copy of {a}")
+            smem_terms.append(f"pa_align16(({size}) * (int64_t)sizeof({dt.c_type}))")
 
-        # The grid-stride loops, outermost first; the innermost goes to x.
-        axes = "xyz"[:len(band)][::-1]
+        # The grid-stride loops, outermost first.
         iters = dict(host_iters)
         indent_k = "  "
         extents = []
-        loops = []
         band_names = []
-        for b, axis in zip(band, axes):
+        for b in band:
+            lp = self.plan.loop(b)
             it = b.for_get_iterator().get_id().get_name()
-            cname_it = self.iterator_name(b, it, iters)
-            iters = {**iters, it: cname_it}
-            band_names.append(cname_it)
+            iters = {**iters, it: lp.iterator}
             init, cond, inc = self._bounds(b, iters)
             scale = "" if inc == "1" else f" * {inc}"
-            self.out(indent_k, f"for (int64_t {cname_it} = {init} + (int64_t)(blockIdx.{axis} * "
-                               f"blockDim.{axis} + threadIdx.{axis}){scale}; {cond}; "
-                               f"{cname_it} += (int64_t)blockDim.{axis} * gridDim.{axis}{scale}) {{")
+            ax = lp.axis
+            self.out(indent_k, f"for (int64_t {lp.iterator} = {init} + (int64_t)(blockIdx.{ax} * "
+                               f"blockDim.{ax} + threadIdx.{ax}){scale}; {cond}; "
+                               f"{lp.iterator} += (int64_t)blockDim.{ax} * gridDim.{ax}{scale}) {{")
             indent_k += "  "
-            loops.append((cname_it, axis))
-            extents.append(self._extent(b, iters, band_names[:-1], init, inc))
-        launch.loops = tuple(loops)
+            extents.append((ax, self._extent(b, iters, band_names, init, inc)))
+            band_names.append(lp.iterator)
         self.walk(band[-1].for_get_body(), indent_k, iters, frozenset(atomic))
         for depth in range(len(band), 0, -1):
             self.out("  " * depth, "}")
-        tail = []
+        epilogue = []
         for a, n in sorted(privatized.items()):
             size = self.printer.expr(n, self.host_names)
-            tail.append(f"  pa_privatize_end({cname(a)}, {cname(a)}_block, {size});")
+            epilogue.append(f"  pa_privatize_end({cname(a)}, {cname(a)}_block, {size});")
         for v, op in sorted(reductions.items()):
-            if two_pass:
-                tail.append(f"  pa_reduce_store({partials[v]}, {cname(v)});")
+            if head.two_pass:
+                epilogue.append(f"  pa_reduce_store({partials[v]}, {cname(v)});")
             else:
                 fn = "pa_reduce_mul" if op == "*" else "pa_reduce_add"
-                tail.append(f"  {fn}(&pa_s->{cname(v)}, {cname(v)});")
+                epilogue.append(f"  {fn}(&pa_s->{cname(v)}, {cname(v)});")
         body, self.lines = self.lines, saved
         self.names = self.host_names
         self.printer.array_names = saved_arrays
-        self.device_code += ([f"__global__ void {name}({', '.join(decls)})", "{"] + head + body
-                             + tail + ["}", ""])
+        self.device_code += ([f"/* {head.decision()} */",
+                              f"__global__ void {name}({', '.join(decls)})", "{"]
+                             + prologue + body + epilogue + ["}", ""])
 
         # Host side: grid size, shared memory, deterministic partial buffers.
-        bx, by, bz = launch.block
-        threads = dict(zip("xyz", (bx, by, bz)))
-        grid = {ax: f"pa_blocks({ext}, {threads[ax]})" for ax, ext in zip(axes, extents)}
-        grid_text = ", ".join(grid.get(ax, "1") for ax in "xyz"[:len(band)])
-        block_text = ", ".join(str(t) for t in launch.block[:len(band)])
+        threads = dict(zip("xyz", head.block))
+        grid = dict((ax, f"pa_blocks({ext}, {threads[ax]})") for ax, ext in extents)
+        axes = "xyz"[:len(band)]
+        grid_text = ", ".join(grid[ax] for ax in axes)
+        block_text = ", ".join(str(threads[ax]) for ax in axes)
+        loops = ", ".join(f"{self.plan.loop(b).iterator} -> {self.plan.loop(b).axis}"
+                          for b in band)
         self.out(indent, "{")
         inner = indent + "  "
-        self.out(inner, f"dim3 pa_grid({grid_text});  // {', '.join(f'{i} -> {a}' for i, a in loops)}")
+        self.out(inner, f"dim3 pa_grid({grid_text});  // {loops}")
         if privatized:
-            total = " + ".join(smem_terms)
-            self.out(inner, f"int64_t pa_smem = {total};")
+            self.out(inner, f"int64_t pa_smem = {' + '.join(smem_terms)};")
             self.out(inner, "if (pa_smem > PA_SHARED_LIMIT)")
             self.out(inner, "  pa_smem = 0;  // too large for shared memory: global atomics")
         blocks = "(int64_t)pa_grid.x * pa_grid.y * pa_grid.z"
@@ -396,9 +254,11 @@ class _CudaEmitter(_Emitter):
             self.out(inner, f"if ({pname})")
             self.out(inner, f"  pa_device_zero({pname}, {blocks} * (int64_t)sizeof({ct}));")
         smem = "pa_smem" if privatized else "0"
-        self.out(inner, f"PA_LAUNCH({name}, pa_grid, dim3({block_text}), {smem}, {', '.join(args)});")
+        self.out(inner, f"PA_LAUNCH({name}, pa_grid, dim3({block_text}), {smem}, "
+                        f"{', '.join(args)});")
         for v, pname in partials.items():
-            self.out(inner, f"pa_sum_partials(&pa_s->{cname(v)}, {pname}, {blocks});")
+            self.out(inner, f"if ({pname})")
+            self.out(inner, f"  pa_sum_partials(&pa_s->{cname(v)}, {pname}, {blocks});")
             self.out(inner, f"pa_device_free({pname});")
         self.out(indent, "}")
 
@@ -432,7 +292,8 @@ class _CudaEmitter(_Emitter):
                 self.serial_kernel(serial, indent, iters)
                 serial = []
             t = node.get_type()
-            if _loop_key(node) in self.grid_bands:
+            lp = self.plan.loop(node)
+            if lp is not None and lp.threads:
                 self.grid_kernel(node, indent, iters)
             elif t == isl.ast_node_type.block:
                 self.host(_flat_block(node), indent, iters)
@@ -440,11 +301,10 @@ class _CudaEmitter(_Emitter):
                 self.host([node.mark_get_node()], indent, iters)
             elif t == isl.ast_node_type.for_:
                 it = node.for_get_iterator().get_id().get_name()
-                name = self.iterator_name(node, it, iters)
-                inner = {**iters, it: name}
+                inner = {**iters, it: lp.iterator}
                 init, cond, inc = self._bounds(node, inner)
-                step = f"{name} += {inc}" if inc != "1" else f"{name}++"
-                self.out(indent, f"for (int64_t {name} = {init}; {cond}; {step}) {{")
+                step = f"{lp.iterator} += {inc}" if inc != "1" else f"{lp.iterator}++"
+                self.out(indent, f"for (int64_t {lp.iterator} = {init}; {cond}; {step}) {{")
                 self.host([node.for_get_body()], indent + "  ", inner)
                 self.out(indent, "}")
             elif t == isl.ast_node_type.if_:
@@ -461,7 +321,6 @@ class _CudaEmitter(_Emitter):
 
     def source(self) -> str:
         k, sig = self.k, self.sig
-        self.names = self.host_names
         self.out("  ", "pa_clear_error();")
         if self.struct:
             self.out("  ", f"{self.struct} *pa_s = ({self.struct} *)pa_device_alloc("
@@ -480,35 +339,50 @@ class _CudaEmitter(_Emitter):
 
         funcs = []
         for f in k.funcs:
-            lines = self.func_source(f)
-            lines[1] = lines[1].replace("static inline", "static __host__ __device__ inline", 1)
-            funcs += lines + [""]
+            funcs += self.func_source(f) + [""]
         head = [f"/* Generated by polyad {POLYAD_VERSION} (CUDA) from kernel '{k.name}' "
                 f"({k.filename}:{k.line}). */",
-                "/* Host launcher signature: DSL parameters in order (arrays as row-major DEVICE "
-                "pointers), then the sizes, then temporaries (device), then the result pointer "
-                "(host). Errors: pa_last_error(). */",
+                "/* Host launcher: the OpenMP function's parameters (DSL parameters in order, "
+                "then the sizes, then temporaries, then the result pointer); arrays and "
+                "temporaries are DEVICE pointers, the result pointer a host pointer. "
+                "Errors: pa_last_error(). */",
                 '#include "polyad_cuda.h"', ""]
-        helpers = [_host_device(h) for h in self.printer.helpers.values()]
+        helpers = list(self.printer.helpers.values())
         if self.uses_ast_helpers:
-            helpers += [_host_device(h) for h in AST_HELPERS.splitlines()]
+            helpers += [h.replace("static inline", CUDA.function_qualifier, 1)
+                        for h in AST_HELPERS.splitlines()]
         if helpers:
             head += helpers + [""]
         struct = []
         if self.struct:
-            struct = [f"/* the kernel's scalars, in device memory */", f"struct {self.struct} {{"]
+            struct = ["/* the kernel's scalars, in device memory */", f"struct {self.struct} {{"]
             struct += [f"  {dt.c_type} {cname(n)};" for n, dt in self.local_types.items()]
             struct += ["};", ""]
-        launcher = [f'extern "C" {_device_decl(sig.declaration())}', "{"] + self.lines + ["}", ""]
+        launcher = [f'extern "C" {sig.declaration()}', "{"] + self.lines + ["}", ""]
         return "\n".join(head + struct + funcs + self.device_code + launcher)
 
 
-def _host_device(helper: str) -> str:
-    return helper.replace("static inline", "static __host__ __device__ inline", 1)
+def _children(node: isl.AstNode) -> list:
+    t = node.get_type()
+    if t == isl.ast_node_type.for_:
+        return [node.for_get_body()]
+    if t == isl.ast_node_type.if_:
+        kids = [node.if_get_then_node()]
+        if node.if_has_else_node():
+            kids.append(node.if_get_else_node())
+        return kids
+    if t == isl.ast_node_type.block:
+        return _flat_block(node)
+    if t == isl.ast_node_type.mark:
+        return [node.mark_get_node()]
+    return []
 
 
-def emit_cuda(sk: ScheduledKernel, deterministic: bool = False) -> tuple[str, CudaPlan]:
-    """The CUDA C source of a scheduled kernel and the plan it implements."""
-    em = _CudaEmitter(sk, deterministic)
-    text = em.source()
-    return text, CudaPlan(em.launches, deterministic)
+def emit_cuda(plan) -> str:
+    """The CUDA C source of a CUDA plan (``polyad.target.cuda.CudaPlan``) of a scheduled kernel.
+
+    ``plan`` has ``scheduled``, ``names``, ``deterministic`` and ``loop(for_node)``
+    -> an entry with ``iterator``, ``threads``, ``axis``, ``band``, ``block``,
+    ``reductions``, ``privatized``, ``atomic``, ``two_pass`` and ``decision()``.
+    """
+    return _CudaEmitter(plan).source()

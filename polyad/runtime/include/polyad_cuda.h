@@ -22,7 +22,8 @@
  *       updates go to it with atomicAdd (shared-memory atomics);
  *   pa_privatize_end(T *global, T *block_copy, n)   adds the block's copy
  *       to the global array, one atomicAdd per nonzero element.
- *   pa_atomic_add(T *address, T value)    atomicAdd for every T (int64_t too).
+ *   pa_atomic_add(T *address, T value)    atomicAdd for every T; atomicAdd(int64_t *, int64_t)
+ *       is defined too, so generated code spells every atomic update atomicAdd.
  * Host side, exported from every library (extern "C"): pa_last_error,
  * pa_device_count, pa_device_alloc/free, pa_copy_to_device/host, pa_device_zero,
  * pa_synchronize; launches go through PA_LAUNCH(kernel, grid, block, smem, args...).
@@ -97,6 +98,8 @@ static __device__ __forceinline__ int64_t pa_atomic_add(int64_t *p, int64_t v)
   /* two's complement: the unsigned sum has the bits of the signed one */
   return (int64_t)atomicAdd((unsigned long long *)p, (unsigned long long)v);
 }
+/* CUDA has no atomicAdd for int64_t (long): generated code calls atomicAdd on every type. */
+static __device__ __forceinline__ int64_t atomicAdd(int64_t *p, int64_t v) { return pa_atomic_add(p, v); }
 
 /* Atomic multiply by compare-and-swap on the value's bits. */
 static __device__ inline double pa_atomic_mul(double *p, double v)
