@@ -34,7 +34,7 @@ import islpy as isl
 from .. import ir
 from ..ir import Load
 from .c_openmp import POLYAD_VERSION, _Emitter, _flat_block, _used_scalars, cname, signature
-from .cexpr import AST_HELPERS, Dialect
+from .cexpr import Dialect
 
 # Threads assumed along a grid dimension whose extent the host cannot compute
 # (bounds that depend on another grid loop): grid-stride loops cover the rest.
@@ -332,8 +332,10 @@ class _CudaEmitter(_Emitter):
         self.out("  ", "pa_synchronize();")
         if k.result is not None:
             r, dt = k.result
-            self.out("  ", f"pa_copy_to_host({cname(r)}_out, &pa_s->{cname(r)}, "
-                           f"sizeof({dt.c_type}));")
+            local = self.local_types[r].c_type  # may differ from the result type
+            self.out("  ", f"{local} pa_result = 0;")
+            self.out("  ", f"pa_copy_to_host(&pa_result, &pa_s->{cname(r)}, sizeof({local}));")
+            self.out("  ", f"*{cname(r)}_out = ({dt.c_type})pa_result;")
         if self.struct:
             self.out("  ", "pa_device_free(pa_s);")
 
@@ -347,10 +349,8 @@ class _CudaEmitter(_Emitter):
                 "temporaries are DEVICE pointers, the result pointer a host pointer. "
                 "Errors: pa_last_error(). */",
                 '#include "polyad_cuda.h"', ""]
+        # pa_imin, pa_imax and pa_ifloord (ISL's min/max/floor) are in polyad_cuda.h.
         helpers = list(self.printer.helpers.values())
-        if self.uses_ast_helpers:
-            helpers += [h.replace("static inline", CUDA.function_qualifier, 1)
-                        for h in AST_HELPERS.splitlines()]
         if helpers:
             head += helpers + [""]
         struct = []

@@ -8,7 +8,9 @@
   blocks of 256 threads (256, 32x8 or 32x4x2), grid-stride loops so any grid
   size is correct. A band of loops that all have at most ``SMALL_LOOP``
   iterations, or one that needs atomics, is passed over when a loop below it
-  is parallel without them and long (as the OpenMP target does). Loops inside
+  is parallel without them and long (as the OpenMP target does). Boundary
+  pieces are guarded threads of the band (``schedule.guarded_pieces``), not
+  loops of their own. Loops inside
   a band run sequentially in each thread; code outside every band runs in
   one-thread launches, host loops around a band launch it per iteration.
 - **Scalar reductions** carried by the band: a per-thread partial, one block
@@ -40,7 +42,7 @@ from ..emit.cexpr import C99
 from ..emit.cuda import CUDA, emit_cuda
 from ..runtime.cuda import DEFAULT_ARCH, CudaKernel
 from ..runtime.toolchain import CUDA_INCLUDE
-from ..schedule import LoopFacts, ast_children, loop_key
+from ..schedule import LoopFacts, ScheduledKernel, ast_children, guarded_pieces, loop_key
 from .openmp import SMALL_LOOP, _Planner, _small
 from .openmp import plan as openmp_plan
 
@@ -242,7 +244,16 @@ class _CudaPlanner(_Planner):
 
 
 def plan(scheduled, deterministic: bool = False) -> CudaPlan:
-    """The CUDA plan of a ScheduledKernel (or ScheduleCandidate)."""
+    """The CUDA plan of a ScheduledKernel (or ScheduleCandidate).
+
+    A ScheduledKernel's AST is rebuilt with boundary pieces as conditions
+    inside one loop nest per band (``schedule.guarded_pieces``): the nest is
+    then perfect, so a 2-D stencil maps onto a 2-D grid with guarded threads
+    at the border instead of a grid over rows with the border pieces and the
+    interior loop run sequentially by each thread.
+    """
+    if isinstance(scheduled, ScheduledKernel):
+        scheduled = guarded_pieces(scheduled)
     planner = _CudaPlanner(scheduled, deterministic)
     planner.walk(scheduled.ast, {}, False)
     return CudaPlan(scheduled, planner.loops, planner.names, deterministic)
