@@ -80,7 +80,7 @@ def artifact_report(art: Artifact) -> dict:
     tapes = {t.name for t in tape_arrays(k)}
     sk = art.scheduled
     outline = _Outline(art.plan)
-    outline.walk(sk.ast, 0, {})
+    outline.walk(art.plan.scheduled.ast, 0, {})  # the AST the plan (and the source) is of
     sig = art.signature
     return {
         "kernel": k.name,
