@@ -104,10 +104,10 @@ class _CudaEmitter(_Emitter):
     def _params(self, host_iters: dict) -> tuple[list[str], list[str]]:
         """(declarations, argument names) every kernel of this launcher takes."""
         decls, args = [], []
-        for kind, name, decl in self.sig.params:
-            if kind != "result":
-                decls.append(decl)
-                args.append(cname(name))
+        for p in self.sig.params:
+            if p.kind != "result":
+                decls.append(p.declaration(self.sig.restrict))
+                args.append(p.c_name)
         if self.struct:
             decls.append(f"{self.struct} *__restrict__ pa_s")
             args.append("pa_s")

@@ -23,7 +23,7 @@ import numpy as np
 
 from .. import ir
 from ..errors import DeviceError, DTypeError, ShapeError
-from .loader import KernelFunction, _ctype, c_prototype
+from .loader import KernelFunction, c_prototype
 from .toolchain import compile_cuda, compile_cuda_sim
 
 DEFAULT_ARCH = "sm_80"
@@ -256,7 +256,10 @@ class CudaKernel(KernelFunction):
                 scalars[p.name] = self._scalar(p, v)
         self._infer_sizes(arrays, sizes)
         ints = {n: scalars[n] for n in k.int_params}
-        self._check_requirements(sizes, ints)
+        if self.requirements:
+            values = [sizes[n] if n in sizes else ints[n] for n in self._param_names]
+            if self._bad_sizes is None or self._bad_sizes(values):
+                self._check_requirements_values(tuple(values))  # raises, naming the condition
         self.check_device()
         like = next((a for a in arrays.values() if isinstance(a, _DeviceView)), None)
         outs = []
@@ -299,17 +302,18 @@ class CudaKernel(KernelFunction):
             result = np.zeros(1, k.result[1].np) if k.result is not None else None
             cargs = []
             temp_iter = iter(temps)
-            for kind, name, decl in self.signature.params:
-                if kind == "array":
-                    cargs.append(ffi.cast(_ctype(decl), pointers[name]))
-                elif kind == "scalar":
-                    cargs.append(scalars[name])
-                elif kind == "size":
-                    cargs.append(sizes[name])
-                elif kind == "temp":
-                    cargs.append(ffi.cast(_ctype(decl), next(temp_iter)))
+            for p in self.signature.params:
+                pointer = p.dtype.c_type + " *"
+                if p.kind == "array":
+                    cargs.append(ffi.cast(pointer, pointers[p.name]))
+                elif p.kind == "scalar":
+                    cargs.append(scalars[p.name])
+                elif p.kind == "size":
+                    cargs.append(sizes[p.name])
+                elif p.kind == "temp":
+                    cargs.append(ffi.cast(pointer, next(temp_iter)))
                 else:
-                    cargs.append(ffi.cast(_ctype(decl), result.ctypes.data))
+                    cargs.append(ffi.cast(pointer, result.ctypes.data))
             self._fn(*cargs)
             rt.check(f"running kernel {k.name!r}")
             for p in k.params:
