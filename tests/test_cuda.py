@@ -276,3 +276,11 @@ def test_cli_show_and_emit_target_cuda(tmp_path, capsys):
     assert "target cuda" in capsys.readouterr().out
     assert cli.main(["emit", f"{src}:total", "--target", "cuda", "-o", str(tmp_path / "out")]) == 0
     assert (tmp_path / "out" / "total.cu").is_file()
+
+
+def test_runtime_failures_raise_device_error():
+    k = pa.compile(FORWARD["test_forward_kernels.blur"], target="cuda-sim")
+    with pytest.raises(pa.DeviceError, match="allocating device memory: .*out of memory"):
+        k.runtime.alloc(2 ** 62)
+    x = np.ones((4, 5))
+    np.testing.assert_allclose(k(x), np.ones((4, 5)), rtol=1e-15)  # the error is not sticky

@@ -6,12 +6,12 @@
   parallel loops perfectly nested in it (at most 3), become a kernel launch:
   the innermost of them goes to ``x`` (unit stride: coalesced accesses),
   blocks of 256 threads (256, 32x8 or 32x4x2), grid-stride loops so any grid
-  size is correct. A band of loops that all have at most ``SMALL_LOOP``
-  iterations, or one that needs atomics, is passed over when a loop below it
-  is parallel without them and long (as the OpenMP target does). Boundary
-  pieces are guarded threads of the band (``schedule.guarded_pieces``), not
-  loops of their own. Loops inside
-  a band run sequentially in each thread; code outside every band runs in
+  size is correct. A band whose loops all have at most 64 iterations (the
+  OpenMP target's ``SMALL_LOOP``), or one that needs atomics, is passed over
+  when a loop below it is parallel without them and long (as the OpenMP
+  target does). Boundary pieces are guarded threads of the band
+  (``schedule.guarded_pieces``), not loops of their own. Loops inside a band
+  run sequentially in each thread; code outside every band runs in
   one-thread launches, host loops around a band launch it per iteration.
 - **Scalar reductions** carried by the band: a per-thread partial, one block
   reduction (warp shuffles, shared memory) and one ``atomicAdd`` per block;
@@ -43,7 +43,7 @@ from ..emit.cuda import CUDA, emit_cuda
 from ..runtime.cuda import DEFAULT_ARCH, CudaKernel
 from ..runtime.toolchain import CUDA_INCLUDE
 from ..schedule import LoopFacts, ScheduledKernel, ast_children, guarded_pieces, loop_key
-from .openmp import SMALL_LOOP, _Planner, _small
+from .openmp import _Planner, _small
 from .openmp import plan as openmp_plan
 
 # Threads per block by band depth: whole warps along x, 256 threads in all.
@@ -309,4 +309,4 @@ class CudaTarget:
                           sk.model.params, artifact.plan, self.simulate)
 
 
-__all__ = ["BLOCK_SHAPES", "CudaLoopPlan", "CudaPlan", "CudaTarget", "SMALL_LOOP", "plan"]
+__all__ = ["BLOCK_SHAPES", "CudaLoopPlan", "CudaPlan", "CudaTarget", "plan"]
