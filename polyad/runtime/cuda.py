@@ -153,14 +153,13 @@ class _DeviceView:
 class CudaKernel(KernelFunction):
     """A kernel compiled to CUDA (nvcc) or to the CPU simulator, callable from Python.
 
-    Attributes: ``source`` (the CUDA C text), ``library`` (path), ``plan``
-    (the CUDA mapping), ``simulate`` (True for target ``"cuda-sim"``).
+    Attributes: ``source`` (the CUDA C text), ``library`` (path), ``arch`` (nvcc's
+    ``-arch``, None when simulated), ``simulate`` (True for target ``"cuda-sim"``).
     """
 
     def __init__(self, kernel: ir.Kernel, source: str, signature, requirements, param_names,
-                 plan, simulate: bool):
+                 simulate: bool):
         self.source = source
-        self.plan = plan
         self.simulate = simulate
         self.arch = None if simulate else cuda_arch()
         self.library = (compile_cuda_sim(source, signature.name) if simulate

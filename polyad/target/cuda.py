@@ -301,12 +301,11 @@ class CudaTarget:
         # takes C99 spelling (the .cu text spells restrict as __restrict__).
         return signature(kernel, C99)
 
-    def load(self, artifact, sanitize: Optional[str] = None) -> CudaKernel:
+    def load(self, build, sanitize: Optional[str] = None) -> CudaKernel:
         if sanitize:
             raise ValueError(f"sanitize={sanitize!r} is only available with target 'openmp'")
-        sk = artifact.scheduled
-        return CudaKernel(sk.kernel, artifact.source, artifact.signature, sk.requirements,
-                          sk.model.params, artifact.plan, self.simulate)
+        return CudaKernel(build.kernel, build.source, build.signature, list(build.requirements),
+                          list(build.param_names), self.simulate)
 
 
 __all__ = ["BLOCK_SHAPES", "CudaLoopPlan", "CudaPlan", "CudaTarget", "plan"]
