@@ -16,7 +16,8 @@ from .errors import PolyadError
 from .frontend.c_frontend import parse_c
 from .frontend.python_dsl import parse_func, parse_kernel
 from .frontend.sources import function_from_source
-from .pipeline import Artifact, Options, build_kernel, compile_kernel
+from .pipeline import Artifact, Options, build_kernel, compile_kernel, schedule_family
+from .target import get_target
 from .report import explain
 from .runtime.loader import KernelFunction
 from .runtime.threads import num_threads
@@ -113,7 +114,11 @@ class Kernel:
         """The pipeline's result for ``options`` (scheduled, planned, emitted; cached)."""
         key = options.source_options
         if key not in self._artifacts:
-            self._artifacts[key] = compile_kernel(self.ir, key)
+            family = schedule_family(get_target(key.target))
+            shared = next((a.scheduled for o, a in self._artifacts.items()
+                           if o.deterministic == key.deterministic
+                           and schedule_family(a.target) == family), None)
+            self._artifacts[key] = compile_kernel(self.ir, key, shared)
         return self._artifacts[key]
 
     @user_facing
@@ -123,8 +128,10 @@ class Kernel:
         options = Options(target, deterministic, sanitize)
         if options not in self._compiled:
             art = self._artifacts.get(options.source_options)
+            # On a pipeline cache miss the artifact is made (and kept) by
+            # self.artifact, so that targets of one schedule family share a schedule.
             self._compiled[options] = options.target_object.load(
-                build_kernel(self.ir, options, art), sanitize)
+                build_kernel(self.ir, options, art, lambda: self.artifact(options)), sanitize)
         return self._compiled[options]
 
     @property

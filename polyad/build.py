@@ -125,19 +125,22 @@ def emit_sources(kernels: KernelsArg, directory: Union[str, os.PathLike],
                 sig = art.signature
                 c_file = directory / f"{sig.name}{art.target.source_suffix}"
                 h_file = directory / f"{sig.name}.h"
-                _write(h_file, c_header(art.scheduled, sig))
+                note = getattr(art.target, "header_note", None)
+                _write(h_file, c_header(art.scheduled, sig, *([note] if note else [])))
                 _write(c_file, _with_include(art.source, h_file.name))
+                for runtime_header in getattr(art.target, "runtime_headers", ()):
+                    _write(directory / runtime_header.name, runtime_header.read_text())
                 logger.debug("wrote %s and %s", c_file, h_file)
                 out.append(EmittedKernel(k.name, c_file, h_file, art))
     return out
 
 
 def _with_include(source: str, header: str) -> str:
-    """The emitted C with ``#include "NAME.h"`` after its standard includes."""
-    anchor = "#include <stdint.h>\n"
-    if anchor not in source:
-        raise AssertionError("the OpenMP emitter's source has no '#include <stdint.h>' line")
-    return source.replace(anchor, f'{anchor}#include "{header}"\n', 1)
+    """The emitted C with ``#include "NAME.h"`` after its standard (or runtime) includes."""
+    for anchor in ("#include <stdint.h>\n", '#include "polyad_cuda.h"\n'):
+        if anchor in source:
+            return source.replace(anchor, f'{anchor}#include "{header}"\n', 1)
+    raise AssertionError("the emitted source has no '#include <stdint.h>' or runtime header line")
 
 
 def _write(path: Path, text: str) -> None:
@@ -172,6 +175,10 @@ def ffibuilder(module_name: str, kernels: KernelsArg, target: str = "openmp", *,
     it. At run time ``polyad.build.load("mypkg._kernels")`` calls them.
     """
     get_target(target)
+    if target != "openmp":
+        raise ValueError(f"ffibuilder builds OpenMP C with the C compiler cffi uses; target "
+                         f"{target!r} is not supported (for CUDA use polyad.build.emit_sources "
+                         f"and nvcc, or pa.compile(k, target='cuda'))")
     if not all(part.isidentifier() for part in module_name.split(".")):
         raise ValueError(f"module name {module_name!r} is not a dotted Python name")
     directory = Path(source_dir) if source_dir is not None else \

@@ -11,8 +11,7 @@
 
 Exit status: 0 on success; 1 when the kernel's program or the toolchain
 fails (a DSL error prints ``FILE:LINE:COL: message``); 2 on a usage error
-(bad options, a missing file or kernel, a target that is not available yet
-such as ``--target cuda``).
+(bad options, a missing file or kernel, an unknown target).
 """
 
 from __future__ import annotations
@@ -298,7 +297,8 @@ def _add_kernel_options(p: argparse.ArgumentParser) -> None:
                          help="use the Hessian-vector product of the (scalar) kernel with "
                               "respect to NAME ...")
     p.add_argument("--target", default="openmp", metavar="TARGET",
-                   help="code generator: openmp (default); cuda is not available yet")
+                   help="code generator: openmp (default), cuda (CUDA C for nvcc) or cuda-sim "
+                        "(the same CUDA C, run on the CPU)")
     p.add_argument("--sizes", nargs="+", metavar="MACRO=NAME",
                    help="C files: keep #define MACRO symbolic as size NAME (pa.from_c's sizes=)")
     p.add_argument("--deterministic", action="store_true",

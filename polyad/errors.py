@@ -119,3 +119,7 @@ class InternalError(PolyadError, RuntimeError):
 class NotLinearError(DSLError):
     """A kernel is not linear in the parameters an adjoint or linear operator needs it
     linear in; names the statement (and its DSL line) that breaks linearity."""
+
+
+class DeviceError(PolyadError):
+    """No usable CUDA device, or a CUDA call failed; the message carries CUDA's own."""

@@ -16,7 +16,7 @@ import pickle
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
+from typing import Callable, Optional
 
 from . import ir
 from .progress import StageClock
@@ -131,9 +131,11 @@ pipeline_runs = 0
 
 
 def build_kernel(ir_kernel: ir.Kernel, options: Options = Options(),
-                 artifact: Optional["Artifact"] = None) -> Build:
+                 artifact: Optional["Artifact"] = None,
+                 make_artifact: Optional[Callable[[], "Artifact"]] = None) -> Build:
     """The loadable result of compiling ``ir_kernel``: read from the pipeline cache
-    when an earlier process stored it, else compiled (``artifact`` if given) and stored."""
+    when an earlier process stored it, else compiled (``artifact`` if given, else
+    ``make_artifact()`` if given, else ``compile_kernel``) and stored."""
     global pipeline_runs
     key = pipeline_key(ir_kernel, options)
     data = toolchain.read_cached(ir_kernel.name, key, ".pipeline")
@@ -149,22 +151,35 @@ def build_kernel(ir_kernel: ir.Kernel, options: Options = Options(),
                     ir_kernel.name, key)
     start = time.perf_counter()
     pipeline_runs += 1
-    build = (artifact or compile_kernel(ir_kernel, options.source_options)).build
+    if artifact is None:
+        artifact = (make_artifact() if make_artifact is not None
+                    else compile_kernel(ir_kernel, options.source_options))
+    build = artifact.build
     toolchain.write_cached(ir_kernel.name, key, ".pipeline", pickle.dumps(build))
     log.info("pipeline %s: %.2f s", ir_kernel.name, time.perf_counter() - start)
     return build
 
 
-def compile_kernel(ir_kernel: ir.Kernel, options: Options = Options()) -> Artifact:
+def schedule_family(target) -> str:
+    """Targets of one family score schedule candidates alike, so they can share a schedule."""
+    return getattr(target, "schedule_family", target.name)
+
+
+def compile_kernel(ir_kernel: ir.Kernel, options: Options = Options(),
+                   scheduled: Optional[ScheduledKernel] = None) -> Artifact:
     """Schedule ``ir_kernel``, plan it for ``options.target`` and emit its source.
 
-    A bug escaping a stage is raised as ``pa.InternalError`` naming the stage and the
-    DSL statement it concerns."""
+    ``scheduled``: the kernel's schedule already chosen for a target of the
+    same ``schedule_family`` (with the same ``options.deterministic``), reused
+    instead of scheduling again. A bug escaping a stage is raised as
+    ``pa.InternalError`` naming the stage and the DSL statement it concerns.
+    """
     target = get_target(options.target)
     clock = StageClock(ir_kernel.name)
     with ir.internal_errors("scheduling", ir_kernel):
-        scheduled = schedule_kernel(ir_kernel,
-                                    lambda cand: target.score(target.plan(cand, options)), clock)
+        if scheduled is None:
+            scheduled = schedule_kernel(
+                ir_kernel, lambda cand: target.score(target.plan(cand, options)), clock)
     n = len(scheduled.kernel.statements)
     with clock.stage("plan", n), ir.internal_errors(f"planning ({options.target})", ir_kernel):
         plan = target.plan(scheduled, options)
@@ -194,4 +209,5 @@ def artifact_of(kernel, options: Options = Options()) -> Artifact:
     return compile_kernel(kernel_ir(kernel), options)
 
 
-__all__ = ["Artifact", "Build", "Options", "build_kernel", "TARGETS", "artifact_of", "compile_kernel", "kernel_ir"]
+__all__ = ["Artifact", "Build", "Options", "build_kernel", "TARGETS", "artifact_of", "compile_kernel",
+           "kernel_ir", "schedule_family"]

@@ -78,7 +78,7 @@ def artifact_report(art: Artifact) -> dict:
     k = art.kernel
     sk = art.scheduled
     outline = _Outline(art.plan)
-    outline.walk(sk.ast, 0, {})
+    outline.walk(art.plan.scheduled.ast, 0, {})  # the AST the plan (and the source) is of
     sig = art.signature
     return {
         "kernel": k.name,
@@ -102,6 +102,7 @@ def artifact_report(art: Artifact) -> dict:
         "schedule_tree": _schedule_tree(sk.schedule.get_root()),
         "loops": outline.loops,
         "ast": outline.lines,
+        "target_notes": list(getattr(art.plan, "notes", lambda: [])()),
         "temporaries": [_temp(t) for t in k.temps],
         "source": art.source,
     }
@@ -462,6 +463,10 @@ def _text(d: dict) -> str:
         lines.append(f"  {lp['id']} (loop over {lp['iterator']}, statements "
                      f"{', '.join(lp['statements'])}): {lp['decision']}")
         lines += [f"      why: {w}" for w in lp["why"]]
+
+    if d["target_notes"]:
+        _section(lines, f"target {d['target']}")
+        lines += [f"  {note}" for note in d["target_notes"]]
 
     if d["temporaries"]:
         _section(lines, "temporary and tape arrays (the Python wrapper allocates them; "

@@ -59,10 +59,9 @@ KERNELS = [tv_cost, filter_gradient, histogram, squares, prefix,
 
 
 def test_options_and_target_registry():
-    assert target.TARGETS == ("openmp",)
-    with pytest.raises(ValueError, match="the 'cuda' target is not available yet"):
-        Options(target="cuda")
-    with pytest.raises(ValueError, match="unknown target 'metal'; choose one of openmp"):
+    assert target.TARGETS == ("openmp", "cuda", "cuda-sim")
+    assert target.PLANNED_TARGETS == ()
+    with pytest.raises(ValueError, match="unknown target 'metal'; choose one of openmp, cuda"):
         Options(target="metal")
     with pytest.raises(ValueError, match="sanitize must be None or 'address'"):
         Options(sanitize="thread")

@@ -61,6 +61,10 @@ class Names:
         self.used.add(name)
         return name
 
+    def take(self, name: str) -> None:
+        """Reserve ``name`` (a name forward mode keeps as it is)."""
+        self.used.add(name)
+
 
 def kernel_names(k: ir.Kernel) -> set[str]:
     used = {p.name for p in k.params} | {n for n, _ in k.locals} | {t.name for t in k.temps}

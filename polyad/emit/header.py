@@ -57,8 +57,16 @@ def _doc_lines(sig: CSignature) -> list[str]:
     return lines
 
 
-def c_header(sk: ScheduledKernel, sig: CSignature) -> str:
-    """The ``.h`` file for the kernel of ``sk`` with C signature ``sig`` (deterministic text)."""
+OPENMP_NOTE = ("Loops run in parallel with OpenMP: compile and link with -fopenmp (without it",
+               "the kernel runs sequentially). Link with -lm.")
+
+
+def c_header(sk: ScheduledKernel, sig: CSignature, build_note: tuple = OPENMP_NOTE) -> str:
+    """The ``.h`` file for the kernel of ``sk`` with C signature ``sig`` (deterministic text).
+
+    ``build_note``: lines saying how to build and call the definition (the
+    target's; OpenMP by default).
+    """
     k = sk.kernel
     guard = "POLYAD_" + re.sub(r"\W", "_", sig.name).upper() + "_H"
     prototype = sig.declaration(restrict=False)
@@ -69,8 +77,7 @@ def c_header(sk: ScheduledKernel, sig: CSignature) -> str:
     doc += _doc_lines(sig)
     doc += ["",
             "Arrays must not overlap one another (the definition declares them restrict).",
-            "Loops run in parallel with OpenMP: compile and link with -fopenmp (without it",
-            "the kernel runs sequentially). Link with -lm."]
+            *build_note]
     if sk.requirements:
         doc += ["", "Size conditions (the Python wrapper checks them before calling):"]
         doc += [f"  - {r.message}" for r in sk.requirements]

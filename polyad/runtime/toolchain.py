@@ -132,33 +132,86 @@ def compile_c(source: str, name: str, sanitize: str | None = None,
         require_asan_runtime()
     cc = c_compiler()
     flags = BASE_FLAGS + (SANITIZE_FLAGS[sanitize] if sanitize else ())
-    key = hashlib.sha256("\0".join((source, cc, _compiler_identity(cc)) + flags)
-                         .encode()).hexdigest()[:24]
+    return _cached_build(source, name, ".c", [cc, *flags], ["-lm"], _compiler_identity(cc),
+                         rebuild)
+
+
+# CUDA C: the runtime header (and the simulator header) live in this folder.
+CUDA_INCLUDE = Path(__file__).parent / "include"
+NVCC_FLAGS = ("-O3", "-shared", "-Xcompiler", "-fPIC", "-std=c++17")
+# The simulator compiles the same .cu text as C++ against polyad_cuda_sim.h.
+SIM_FLAGS = ("-O1", "-shared", "-fPIC", "-std=c++17", "-x", "c++")
+
+
+@functools.lru_cache(maxsize=None)
+def nvcc() -> str:
+    """The nvcc executable ($NVCC, else on $PATH, else /usr/local/cuda/bin/nvcc)."""
+    found = (os.environ.get("NVCC") or shutil.which("nvcc")
+             or ("/usr/local/cuda/bin/nvcc" if os.path.exists("/usr/local/cuda/bin/nvcc") else None))
+    if not found:
+        raise CompileError("nvcc not found: install the CUDA toolkit, put nvcc on $PATH or set "
+                           "$NVCC (target 'cuda-sim' needs only a C++ compiler)")
+    return found
+
+
+@functools.lru_cache(maxsize=None)
+def cxx_compiler() -> str:
+    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+    if not cxx:
+        raise CompileError("no C++ compiler found: install g++ or set $CXX")
+    return cxx
+
+
+def _headers_identity() -> str:
+    return "".join(p.read_text() for p in sorted(CUDA_INCLUDE.glob("*.h")))
+
+
+def compile_cuda(source: str, name: str, arch: str) -> Path:
+    """Compile CUDA C ``source`` with nvcc for ``arch`` (``native`` or ``sm_XY``), cached."""
+    tool = nvcc()
+    cmd = [tool, *NVCC_FLAGS, f"-arch={arch}", f"-I{CUDA_INCLUDE}"]
+    return _cached_build(source, name, ".cu", cmd, [],
+                         _compiler_identity(tool) + _headers_identity())
+
+
+def compile_cuda_sim(source: str, name: str) -> Path:
+    """Compile CUDA C ``source`` for the CPU simulator with the C++ compiler, cached."""
+    cxx = cxx_compiler()
+    cmd = [cxx, *SIM_FLAGS, f"-I{CUDA_INCLUDE}"]
+    return _cached_build(source, name + "_sim", ".cu", cmd, ["-lm"],
+                         _compiler_identity(cxx) + _headers_identity())
+
+
+def _cached_build(source: str, name: str, suffix: str, cmd_head: list, libs: list,
+                  identity: str, rebuild: bool = False) -> Path:
+    """Build ``source`` with ``cmd_head ... -o LIB SRC libs`` into the cache (atomic rename);
+    ``rebuild=True`` replaces an existing entry."""
+    key = hashlib.sha256("\0".join([source, identity] + cmd_head).encode()).hexdigest()[:24]
     directory = cache_dir()
     lib = directory / f"{name}_{key}.so"
     if lib.exists() and not rebuild:
         log.debug("cache hit %s", lib)
         return lib
-    src = directory / f"{name}_{key}.c"
-    fd, tmp_src = tempfile.mkstemp(prefix=f".{name}_", suffix=".c", dir=directory)
+    src = directory / f"{name}_{key}{suffix}"
+    fd, tmp_src = tempfile.mkstemp(prefix=f".{name}_", suffix=suffix, dir=directory)
     with os.fdopen(fd, "w") as f:
         f.write(source)
     os.replace(tmp_src, src)
     fd, tmp_lib = tempfile.mkstemp(prefix=f".{name}_", suffix=".so", dir=directory)
     os.close(fd)
-    cmd = [cc, *flags, "-o", tmp_lib, str(src), "-lm"]
+    cmd = [*cmd_head, "-o", tmp_lib, str(src), *libs]
     log.debug("compiling: %s", " ".join(cmd))
     start = time.perf_counter()
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, env=_compiler_environment())
     except OSError as exc:
         os.unlink(tmp_lib)
-        raise CompileError(f"cannot run the C compiler {cc!r}: {exc}; set CC to a C compiler "
-                           f"with OpenMP (e.g. CC=gcc)") from None
+        raise CompileError(f"cannot run the compiler {cmd_head[0]!r}: {exc}; set CC to a C "
+                           f"compiler with OpenMP (e.g. CC=gcc)") from None
     if proc.returncode != 0:
         os.unlink(tmp_lib)
         raise CompileError(
-            f"the C compiler failed on the generated code for kernel {name!r} "
+            f"the compiler failed on the generated code for kernel {name!r} "
             f"(this is a polyad bug; please report it with the source file):\n"
             f"source: {src}\ncommand: {' '.join(cmd)}\n{proc.stderr.strip()}")
     os.replace(tmp_lib, lib)
@@ -220,12 +273,13 @@ def write_cached(name: str, key: str, suffix: str, data: bytes) -> Path:
     return path
 
 
-# Cached libraries and their sources (NAME_<24 hex>.so/.c), pipeline results
+# Cached libraries and their sources (NAME_<24 hex>.so/.c/.cu), pipeline results
 # (NAME_<24 hex>.pipeline), and what an interrupted write leaves behind
 # (.NAME_<random>.c/.so/.pipeline from mkstemp).
 CACHE_LEVELS = {".pipeline": "pipeline results (IR -> schedule -> source)",
-                ".c": "generated sources", ".so": "compiled libraries"}
-_CACHE_FILE = re.compile(r"(?:.+_[0-9a-f]{24}|\..+_[a-z0-9_]{8})\.(?:c|so|pipeline|id)")
+                ".c": "generated sources", ".cu": "generated CUDA sources",
+                ".so": "compiled libraries"}
+_CACHE_FILE = re.compile(r"(?:.+_[0-9a-f]{24}|\..+_[a-z0-9_]{8})\.(?:c|cu|so|pipeline|id)")
 
 
 def cache_files() -> list[Path]:

@@ -11,4 +11,4 @@ target strategy is chosen here: that is ``polyad.target``'s plan.
 """
 
 from .build import (LoopFacts, ScatterFact, ScheduleCandidate, ScheduledKernel,  # noqa: F401
-                    ast_children, loop_key, schedule_kernel)
+                    ast_children, guarded_pieces, loop_key, schedule_kernel)

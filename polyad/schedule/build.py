@@ -7,6 +7,7 @@ is the target's plan (``polyad.target``).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -354,16 +355,47 @@ def _isl_schedule(model: PolyModel, deps: Dependences) -> Optional[isl.Schedule]
 
 
 def _candidate(schedule: isl.Schedule, kernel: ir.Kernel, model: PolyModel,
-               deps: Dependences) -> ScheduleCandidate:
-    """The AST of ``schedule`` with the dependence test's facts on every loop."""
+               deps: Dependences, separate: bool = True) -> ScheduleCandidate:
+    """The AST of ``schedule`` with the dependence test's facts on every loop.
+
+    ``separate``: a loop per piece (interior loops without border conditions);
+    else one loop nest per band with the pieces as conditions inside.
+    """
     analysis = _LoopAnalysis(kernel, model, deps)
     build = isl.AstBuild.from_context(model.context)
     build, handle = build.set_after_each_for(analysis)
-    ast = build.node_from_schedule(_separate_loops(schedule))
+    ast = build.node_from_schedule(_separate_loops(schedule) if separate
+                                   else _atomic_loops(schedule))
     del handle
     if analysis.error is not None:
         raise analysis.error
     return ScheduleCandidate(kernel, schedule, ast, analysis.loops)
+
+
+def guarded_pieces(scheduled: ScheduledKernel) -> ScheduledKernel:
+    """``scheduled`` with the AST of the same schedule built as one loop nest per band.
+
+    Boundary pieces become conditions inside the nest instead of loops of
+    their own: ``for m { for n { if (n == 0) border; interior } }`` rather
+    than ``for m { border; for n { interior } }``. A GPU target maps the
+    perfect nest onto a 2-D grid (guarded threads at the border). The loop
+    facts are those of the new AST's loops (same dependence test).
+    """
+    cand = _candidate(scheduled.schedule, scheduled.kernel, scheduled.model, scheduled.deps,
+                      separate=False)
+    return dataclasses.replace(scheduled, ast=cand.ast, loops=cand.loops)
+
+
+def _atomic_loops(schedule: isl.Schedule) -> isl.Schedule:
+    """Ask for one loop per band member, whatever the pieces (conditions inside)."""
+
+    def visit(node: isl.ScheduleNode) -> isl.ScheduleNode:
+        if node.get_type() == isl.schedule_node_type.band:
+            for k in range(node.band_n_member()):
+                node = node.band_member_set_ast_loop_type(k, isl.ast_loop_type.atomic)
+        return node
+
+    return schedule.map_schedule_node_bottom_up(visit)
 
 
 def _separate_loops(schedule: isl.Schedule) -> isl.Schedule:

@@ -56,6 +56,7 @@ from typing import Optional, Protocol
 
 from .. import ir
 from ..emit.c_openmp import POLYAD_VERSION
+from .cuda import CudaTarget
 from .openmp import OpenMPTarget
 
 
@@ -76,7 +77,8 @@ class Target(Protocol):
     def load(self, build, sanitize: Optional[str] = None): ...
 
 
-_REGISTRY: dict[str, Target] = {t.name: t for t in (OpenMPTarget(),)}
+_REGISTRY: dict[str, Target] = {t.name: t for t in (OpenMPTarget(), CudaTarget(simulate=False),
+                                                    CudaTarget(simulate=True))}
 TARGETS = tuple(_REGISTRY)
 PLANNED_TARGETS = tuple(n for n in ("cuda",) if n not in _REGISTRY)
 

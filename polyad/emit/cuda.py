@@ -1,0 +1,388 @@
+"""CUDA C emitter: __global__ kernels and a host launcher, printed from a CUDA plan.
+
+The plan (``polyad.target.cuda``) chose the grid bands and how carried
+dependences are honoured; this module prints it:
+
+- a band becomes one ``__global__`` kernel whose band loops are grid-stride
+  loops (``for (i = lo + global thread index; i <= hi; i += threads in grid)``)
+  and one launch, the grid sized on the host from the loops' extents (at most
+  65535 blocks per dimension; grid-stride loops cover the rest);
+- scalar reductions: a per-thread partial and ``pa_reduce_add`` (or
+  ``pa_reduce_store`` + ``pa_sum_partials`` for deterministic plans);
+  privatized arrays: ``pa_privatize_begin/end`` around the band, updates with
+  ``atomicAdd`` on the block's copy; atomic statements: ``atomicAdd``;
+- code outside every band: one-thread kernels; host loops and conditions
+  around bands stay on the host;
+- scalar locals live in a device struct (``pa_s``); in a band kernel each
+  thread keeps its own copy of the scalars it writes.
+
+The host launcher has the C signature of the OpenMP function (same parameter
+order and types), but its array and temporary pointers are *device* pointers;
+the result pointer is a host pointer. Errors are recorded, never fatal:
+``pa_last_error()`` returns the first CUDA error of the calling thread.
+The text compiles with nvcc, and with a C++ compiler against the simulator
+header (``polyad_cuda_sim.h``, target ``cuda-sim``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+import islpy as isl
+
+from .. import ir
+from ..ir import Load
+from .c_openmp import POLYAD_VERSION, _Emitter, _flat_block, _used_scalars, cname, signature
+from .cexpr import Dialect
+
+# Threads assumed along a grid dimension whose extent the host cannot compute
+# (bounds that depend on another grid loop): grid-stride loops cover the rest.
+UNKNOWN_EXTENT = 1024
+
+
+@dataclass(frozen=True)
+class CudaDialect(Dialect):
+    """CUDA C++: ``__restrict__``, host-and-device helpers, ``atomicAdd`` updates."""
+
+    def atomic_update(self, target: str, op: str, value: str) -> list[str]:
+        if op not in ("+=", "-="):
+            raise ValueError(f"no CUDA atomic for {op!r}")
+        return [f"atomicAdd(&{target}, {value if op == '+=' else f'-({value})'});"]
+
+
+CUDA = CudaDialect(name="cuda", restrict="__restrict__",
+                   function_qualifier="static __host__ __device__ inline")
+
+
+def _device_decl(decl: str) -> str:
+    return re.sub(r"\brestrict\b", "__restrict__", decl)
+
+
+class _CudaEmitter(_Emitter):
+    def __init__(self, plan):
+        super().__init__(plan, CUDA)
+        self.deterministic = plan.deterministic
+        self.sig = signature(self.k, CUDA)
+        self.used = _used_scalars(self.k)
+        self.local_types = {n: dt for n, dt in self.k.locals if n in self.used}
+        self.struct = f"pa_locals_{self.sig.name}" if self.local_types else None
+        self.host_names = dict(plan.names)
+        for n in self.local_types:
+            self.host_names[n] = f"pa_s->{cname(n)}"
+        self.names = self.host_names
+        self.device_code: list[str] = []
+        self.launch_count = 0
+
+    def _contains_grid(self, node) -> bool:
+        lp = self.plan.loop(node)
+        if lp is not None and lp.threads:
+            return True
+        return any(self._contains_grid(c) for c in _children(node))
+
+    def _bounds(self, node, iters):
+        init = self.ast_c(node.for_get_init(), iters)
+        cond = self.ast_c(node.for_get_cond(), iters)
+        inc = self.ast_c(node.for_get_inc(), iters)
+        if cond.startswith("(") and cond.endswith(")"):
+            cond = cond[1:-1]
+        return init, cond, inc
+
+    # ---- kernels ---------------------------------------------------------
+    def _statement_names(self, nodes) -> list[str]:
+        out = []
+
+        def visit(n):
+            if n.get_type() == isl.ast_node_type.user:
+                out.append(n.user_get_expr().get_op_arg(0).get_id().get_name())
+            for c in _children(n):
+                visit(c)
+        for n in nodes:
+            visit(n)
+        return out
+
+    def _params(self, host_iters: dict) -> tuple[list[str], list[str]]:
+        """(declarations, argument names) every kernel of this launcher takes."""
+        decls, args = [], []
+        for p in self.sig.params:
+            if p.kind != "result":
+                decls.append(p.declaration(self.sig.restrict))
+                args.append(p.c_name)
+        if self.struct:
+            decls.append(f"{self.struct} *__restrict__ pa_s")
+            args.append("pa_s")
+        for c in host_iters.values():
+            decls.append(f"int64_t {c}")
+            args.append(c)
+        return decls, args
+
+    def _kernel_name(self, kind: str) -> str:
+        name = f"{self.sig.name}_{kind}{self.launch_count}"
+        self.launch_count += 1
+        return name
+
+    def serial_kernel(self, nodes: list, indent: str, host_iters: dict):
+        """Code outside every grid band: one thread runs it, in program order."""
+        name = self._kernel_name("s")
+        decls, args = self._params(host_iters)
+        saved, self.lines, self.names = self.lines, [], self.host_names
+        for node in nodes:
+            self.walk(node, "  ", host_iters, frozenset())
+        body, self.lines = self.lines, saved
+        self.device_code += ([f"/* statements {', '.join(self._statement_names(nodes))}: not in "
+                              f"a parallel loop, one thread */",
+                              f"__global__ void {name}({', '.join(decls)})", "{"]
+                             + body + ["}", ""])
+        self.out(indent, f"PA_LAUNCH({name}, dim3(1), dim3(1), 0, {', '.join(args)});")
+
+    def grid_kernel(self, node, indent: str, host_iters: dict):
+        """A grid band: one __global__ kernel with grid-stride loops, and its launch."""
+        head = self.plan.loop(node)
+        band = [node]
+        while len(band) < len(head.band):
+            body = band[-1].for_get_body()
+            while body.get_type() == isl.ast_node_type.mark:
+                body = body.mark_get_node()
+            band.append(body)
+        name = self._kernel_name("k")
+        k = self.k
+        reductions, privatized = head.reductions, head.privatized
+        stmts = self._statement_names([node])
+        by_name = {n: self.sk.statement(n) for n in stmts}
+        atomic = set(head.atomic) | {n for n, st in by_name.items()
+                                     if isinstance(st.target, Load)
+                                     and st.target.array in privatized}
+        written = set()
+        for st in by_name.values():
+            if isinstance(st.target, ir.ScalarRef):
+                written.add(st.target.name)
+
+        # Names inside the kernel: a thread's own copy of the scalars it writes.
+        names = dict(self.host_names)
+        for v in written:
+            names[v] = cname(v)
+        decls, args = self._params(host_iters)
+        if privatized:
+            decls.append("int64_t pa_smem_bytes")
+            args.append("pa_smem")
+        partials = {v: f"pa_partials_{cname(v)}" for v in reductions} if head.two_pass else {}
+        for v, pname in partials.items():
+            decls.append(f"{k.scalar_dtype(v).c_type} *__restrict__ {pname}")
+            args.append(pname)
+
+        saved, self.lines, self.names = self.lines, [], names
+        saved_arrays = self.printer.array_names
+        self.printer.array_names = {**saved_arrays,
+                                    **{a: f"{cname(a)}_block" for a in privatized}}
+        prologue = []
+        for v in sorted(written):
+            dt = k.scalar_dtype(v)
+            if v in reductions:
+                init = "1" if reductions[v] == "*" else "0"
+                prologue.append(f"  {dt.c_type} {cname(v)} = {init};  // this thread's partial "
+                                f"{'product' if init == '1' else 'sum'} of {v}")
+            else:
+                prologue.append(f"  {dt.c_type} {cname(v)} = pa_s->{cname(v)};  "
+                                f"// this thread's copy")
+        smem_terms = []
+        for a, n in sorted(privatized.items()):
+            dt = k.array_type(a).dtype
+            size = self.printer.expr(n, self.host_names)
+            offset = " + ".join(smem_terms) or "0"
+            prologue.append(f"  {dt.c_type} *{cname(a)}_block = pa_privatize_begin({cname(a)}, "
+                            f"{size}, {offset}, pa_smem_bytes);  // this block's copy of {a}")
+            smem_terms.append(f"pa_align16(({size}) * (int64_t)sizeof({dt.c_type}))")
+
+        # The grid-stride loops, outermost first.
+        iters = dict(host_iters)
+        indent_k = "  "
+        extents = []
+        band_names = []
+        for b in band:
+            lp = self.plan.loop(b)
+            it = b.for_get_iterator().get_id().get_name()
+            iters = {**iters, it: lp.iterator}
+            init, cond, inc = self._bounds(b, iters)
+            scale = "" if inc == "1" else f" * {inc}"
+            ax = lp.axis
+            self.out(indent_k, f"for (int64_t {lp.iterator} = {init} + (int64_t)(blockIdx.{ax} * "
+                               f"blockDim.{ax} + threadIdx.{ax}){scale}; {cond}; "
+                               f"{lp.iterator} += (int64_t)blockDim.{ax} * gridDim.{ax}{scale}) {{")
+            indent_k += "  "
+            extents.append((ax, self._extent(b, iters, band_names, init, inc)))
+            band_names.append(lp.iterator)
+        self.walk(band[-1].for_get_body(), indent_k, iters, frozenset(atomic))
+        for depth in range(len(band), 0, -1):
+            self.out("  " * depth, "}")
+        epilogue = []
+        for a, n in sorted(privatized.items()):
+            size = self.printer.expr(n, self.host_names)
+            epilogue.append(f"  pa_privatize_end({cname(a)}, {cname(a)}_block, {size});")
+        for v, op in sorted(reductions.items()):
+            if head.two_pass:
+                epilogue.append(f"  pa_reduce_store({partials[v]}, {cname(v)});")
+            else:
+                fn = "pa_reduce_mul" if op == "*" else "pa_reduce_add"
+                epilogue.append(f"  {fn}(&pa_s->{cname(v)}, {cname(v)});")
+        body, self.lines = self.lines, saved
+        self.names = self.host_names
+        self.printer.array_names = saved_arrays
+        self.device_code += ([f"/* {head.decision()} */",
+                              f"__global__ void {name}({', '.join(decls)})", "{"]
+                             + prologue + body + epilogue + ["}", ""])
+
+        # Host side: grid size, shared memory, deterministic partial buffers.
+        threads = dict(zip("xyz", head.block))
+        grid = dict((ax, f"pa_blocks({ext}, {threads[ax]})") for ax, ext in extents)
+        axes = "xyz"[:len(band)]
+        grid_text = ", ".join(grid[ax] for ax in axes)
+        block_text = ", ".join(str(threads[ax]) for ax in axes)
+        loops = ", ".join(f"{self.plan.loop(b).iterator} -> {self.plan.loop(b).axis}"
+                          for b in band)
+        self.out(indent, "{")
+        inner = indent + "  "
+        self.out(inner, f"dim3 pa_grid({grid_text});  // {loops}")
+        if privatized:
+            self.out(inner, f"int64_t pa_smem = {' + '.join(smem_terms)};")
+            self.out(inner, "if (pa_smem > PA_SHARED_LIMIT)")
+            self.out(inner, "  pa_smem = 0;  // too large for shared memory: global atomics")
+        blocks = "(int64_t)pa_grid.x * pa_grid.y * pa_grid.z"
+        for v, pname in partials.items():
+            ct = k.scalar_dtype(v).c_type
+            self.out(inner, f"{ct} *{pname} = ({ct} *)pa_device_alloc({blocks} * "
+                            f"(int64_t)sizeof({ct}));")
+            self.out(inner, f"if ({pname})")
+            self.out(inner, f"  pa_device_zero({pname}, {blocks} * (int64_t)sizeof({ct}));")
+        smem = "pa_smem" if privatized else "0"
+        self.out(inner, f"PA_LAUNCH({name}, pa_grid, dim3({block_text}), {smem}, "
+                        f"{', '.join(args)});")
+        for v, pname in partials.items():
+            self.out(inner, f"if ({pname})")
+            self.out(inner, f"  pa_sum_partials(&pa_s->{cname(v)}, {pname}, {blocks});")
+            self.out(inner, f"pa_device_free({pname});")
+        self.out(indent, "}")
+
+    def _extent(self, node, iters, outer_band: list, init: str, inc: str) -> str:
+        """Host C text of the loop's iteration count (an estimate when it is not host-known)."""
+        cond = node.for_get_cond()
+        T = isl.ast_expr_op_type
+        it = node.for_get_iterator().get_id().get_name()
+        if cond.get_type() != isl.ast_expr_type.op or cond.get_op_type() not in (T.le, T.lt):
+            return str(UNKNOWN_EXTENT)
+        lhs = cond.get_op_arg(0)
+        if lhs.get_type() != isl.ast_expr_type.id or lhs.get_id().get_name() != it:
+            return str(UNKNOWN_EXTENT)
+        ub = self.ast_c(cond.get_op_arg(1), iters)
+        text = f"{ub} {init}"
+        if any(re.search(rf"\b{re.escape(b)}\b", text) for b in outer_band):
+            return str(UNKNOWN_EXTENT)
+        last = f"({ub})" if cond.get_op_type() == T.le else f"({ub}) - 1"
+        count = f"{last} - ({init})"
+        return f"({count}) / {inc} + 1" if inc != "1" else f"{count} + 1"
+
+    # ---- host side ---------------------------------------------------------
+    def host(self, nodes: list, indent: str, iters: dict):
+        """Host code for a sequence of AST nodes: launches and host control flow."""
+        serial: list = []
+        for node in nodes:
+            if not self._contains_grid(node):
+                serial.append(node)
+                continue
+            if serial:
+                self.serial_kernel(serial, indent, iters)
+                serial = []
+            t = node.get_type()
+            lp = self.plan.loop(node)
+            if lp is not None and lp.threads:
+                self.grid_kernel(node, indent, iters)
+            elif t == isl.ast_node_type.block:
+                self.host(_flat_block(node), indent, iters)
+            elif t == isl.ast_node_type.mark:
+                self.host([node.mark_get_node()], indent, iters)
+            elif t == isl.ast_node_type.for_:
+                it = node.for_get_iterator().get_id().get_name()
+                inner = {**iters, it: lp.iterator}
+                init, cond, inc = self._bounds(node, inner)
+                step = f"{lp.iterator} += {inc}" if inc != "1" else f"{lp.iterator}++"
+                self.out(indent, f"for (int64_t {lp.iterator} = {init}; {cond}; {step}) {{")
+                self.host([node.for_get_body()], indent + "  ", inner)
+                self.out(indent, "}")
+            elif t == isl.ast_node_type.if_:
+                self.out(indent, f"if ({self.ast_c(node.if_get_cond(), iters)}) {{")
+                self.host([node.if_get_then_node()], indent + "  ", iters)
+                if node.if_has_else_node():
+                    self.out(indent, "} else {")
+                    self.host([node.if_get_else_node()], indent + "  ", iters)
+                self.out(indent, "}")
+            else:
+                raise NotImplementedError(f"ISL AST node {t} on the host")
+        if serial:
+            self.serial_kernel(serial, indent, iters)
+
+    def source(self) -> str:
+        k, sig = self.k, self.sig
+        self.out("  ", "pa_clear_error();")
+        if self.struct:
+            self.out("  ", f"{self.struct} *pa_s = ({self.struct} *)pa_device_alloc("
+                           f"sizeof({self.struct}));")
+            self.out("  ", "if (!pa_s)")
+            self.out("  ", "  return;")
+            self.out("  ", f"pa_device_zero(pa_s, sizeof({self.struct}));")
+        self.host([self.sk.ast], "  ", {})
+        self.out("  ", "pa_synchronize();")
+        if k.result is not None:
+            r, dt = k.result
+            local = self.local_types[r].c_type  # may differ from the result type
+            self.out("  ", f"{local} pa_result = 0;")
+            self.out("  ", f"pa_copy_to_host(&pa_result, &pa_s->{cname(r)}, sizeof({local}));")
+            self.out("  ", f"*{cname(r)}_out = ({dt.c_type})pa_result;")
+        if self.struct:
+            self.out("  ", "pa_device_free(pa_s);")
+
+        funcs = []
+        for f in k.funcs:
+            funcs += self.func_source(f) + [""]
+        head = [f"/* Generated by polyad {POLYAD_VERSION} (CUDA) from kernel '{k.name}' "
+                f"({k.filename}:{k.line}). */",
+                "/* Host launcher: the OpenMP function's parameters (DSL parameters in order, "
+                "then the sizes, then temporaries, then the result pointer); arrays and "
+                "temporaries are DEVICE pointers, the result pointer a host pointer. "
+                "Errors: pa_last_error(). */",
+                '#include "polyad_cuda.h"', ""]
+        # pa_imin, pa_imax and pa_ifloord (ISL's min/max/floor) are in polyad_cuda.h.
+        helpers = list(self.printer.helpers.values())
+        if helpers:
+            head += helpers + [""]
+        struct = []
+        if self.struct:
+            struct = ["/* the kernel's scalars, in device memory */", f"struct {self.struct} {{"]
+            struct += [f"  {dt.c_type} {cname(n)};" for n, dt in self.local_types.items()]
+            struct += ["};", ""]
+        launcher = [f'extern "C" {sig.declaration()}', "{"] + self.lines + ["}", ""]
+        return "\n".join(head + struct + funcs + self.device_code + launcher)
+
+
+def _children(node: isl.AstNode) -> list:
+    t = node.get_type()
+    if t == isl.ast_node_type.for_:
+        return [node.for_get_body()]
+    if t == isl.ast_node_type.if_:
+        kids = [node.if_get_then_node()]
+        if node.if_has_else_node():
+            kids.append(node.if_get_else_node())
+        return kids
+    if t == isl.ast_node_type.block:
+        return _flat_block(node)
+    if t == isl.ast_node_type.mark:
+        return [node.mark_get_node()]
+    return []
+
+
+def emit_cuda(plan) -> str:
+    """The CUDA C source of a CUDA plan (``polyad.target.cuda.CudaPlan``) of a scheduled kernel.
+
+    ``plan`` has ``scheduled``, ``names``, ``deterministic`` and ``loop(for_node)``
+    -> an entry with ``iterator``, ``threads``, ``axis``, ``band``, ``block``,
+    ``reductions``, ``privatized``, ``atomic``, ``two_pass`` and ``decision()``.
+    """
+    return _CudaEmitter(plan).source()

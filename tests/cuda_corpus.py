@@ -1,0 +1,75 @@
+"""The kernels the CUDA tests run: the forward and gradient corpora, enumerated.
+
+- ``forward_kernels()``: every ``@pa.kernel`` defined at module level in the
+  forward-compiler corpus modules (``test_forward_kernels``,
+  ``test_boundary_modes``, ``test_kernel_calls``), by ``module.name``.
+- ``gradient_cases()``: every case of the AD corpus (``test_ad_corpus.CASES``)
+  as ``value_and_grad`` of its kernel with its own arguments, plus the
+  float32 gradient kernel.
+- ``random_arguments(kernel, rng, sizes)``: inputs for any kernel from its
+  signature (arrays shaped by the sizes, scalars, int parameters).
+"""
+
+from __future__ import annotations
+
+import importlib
+import zlib
+
+import numpy as np
+
+import polyad as pa
+from polyad import ir
+from polyad.derivatives import DerivedKernel
+
+FORWARD_MODULES = ("test_forward_kernels", "test_boundary_modes", "test_kernel_calls")
+
+
+def forward_kernels() -> dict:
+    """``{"module.name": Kernel}`` for every primal kernel of the forward corpus modules."""
+    out, seen = {}, set()
+    for mod_name in FORWARD_MODULES:
+        mod = importlib.import_module(mod_name)
+        for name, v in sorted(vars(mod).items()):
+            if isinstance(v, pa.Kernel) and not isinstance(v, DerivedKernel) and id(v) not in seen:
+                seen.add(id(v))
+                out[f"{mod_name}.{name}"] = v
+    return out
+
+
+def gradient_cases() -> dict:
+    """``{case: (derived kernel, arguments)}`` for every AD corpus case (value_and_grad)."""
+    corpus = importlib.import_module("test_ad_corpus")
+    out = {}
+    for name, c in sorted(corpus.CASES.items()):
+        rng = np.random.default_rng(zlib.crc32(name.encode()))
+        kernel, args = c["make"](rng)
+        wrt = [c["wrt"]] if isinstance(c["wrt"], str) else list(c["wrt"])
+        out[name] = (pa.value_and_grad(kernel, wrt), {**args, **c["sizes"]})
+    rng = np.random.default_rng(1)
+    out["f32_cost"] = (pa.grad(corpus.f32_cost, ["x", "w"]),
+                       dict(x=rng.standard_normal(6).astype(np.float32),
+                            w=rng.standard_normal(3).astype(np.float32)))
+    return out
+
+
+def random_arguments(kernel, rng, sizes: dict) -> dict:
+    """Keyword arguments for ``kernel`` (inputs and in-out arrays, scalars, all sizes)."""
+    k = kernel.ir
+    args = {s: sizes[s] for s in k.sizes}
+    for p in k.params:
+        if p.intent == "out":
+            continue
+        if p.is_array:
+            shape = tuple(ir.eval_integer(e, sizes) for e in p.type.shape)
+            dt = np.dtype(p.type.dtype.np)
+            if dt.kind == "f":
+                args[p.name] = rng.standard_normal(shape).astype(dt)
+            else:
+                # nonzero: integer arrays are divisors in some kernels
+                values = rng.integers(1, 4, size=shape) * rng.choice([-1, 1], size=shape)
+                args[p.name] = values.astype(dt)
+        elif p.type.is_float:
+            args[p.name] = float(rng.uniform(0.5, 1.5))
+        else:
+            args[p.name] = 2
+    return args

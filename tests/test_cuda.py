@@ -1,0 +1,293 @@
+"""The CUDA target: nvcc compiles the generated CUDA of both corpora, the CPU
+simulator (target "cuda-sim") runs the same text and matches OpenMP, and
+target "cuda" without a GPU raises pa.DeviceError.
+
+Every kernel of the forward corpus (``cuda_corpus.forward_kernels``) and
+every gradient of the AD corpus (``cuda_corpus.gradient_cases``) is compiled
+for the simulator once per session; its ``.source`` is what nvcc compiles,
+many kernels per translation unit (nvcc costs seconds per call).
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+import polyad as pa
+import cuda_corpus
+from polyad.pipeline import Options
+from polyad.runtime.cuda import DEFAULT_ARCH, DeviceArray, gpu_count
+from polyad.runtime.toolchain import CUDA_INCLUDE, NVCC_FLAGS, nvcc
+from tv_kernel import tv_cost
+
+FORWARD = cuda_corpus.forward_kernels()
+GRADIENTS = cuda_corpus.gradient_cases()
+# Kernels of the forward modules that exist to be rejected (tests of errors).
+REJECTED = {"test_kernel_calls.scale_rows"}
+NAMES = sorted(set(FORWARD) - REJECTED) + sorted(GRADIENTS)
+NVCC_BATCHES = 4
+
+
+def _kernel(name):
+    return GRADIENTS[name][0] if name in GRADIENTS else FORWARD[name]
+
+
+def _plan(kernel, deterministic=False):
+    """The CUDA plan a kernel's cuda-sim build was emitted from."""
+    return kernel.artifact(Options("cuda-sim", deterministic)).plan
+
+
+@pytest.fixture(scope="session")
+def simulated():
+    """``{name: (cuda-sim kernel, openmp kernel)}`` for every corpus kernel (built in parallel:
+    the compilers run as subprocesses)."""
+    def build(name):
+        k = _kernel(name)
+        return name, (pa.compile(k, target="cuda-sim"), pa.compile(k))
+    with ThreadPoolExecutor(2) as pool:
+        return dict(pool.map(build, NAMES))
+
+
+def test_rejected_kernels_are_rejected():
+    for name in REJECTED:
+        with pytest.raises(pa.PolyadError):
+            pa.compile(FORWARD[name], target="cuda-sim")
+
+
+# ---------------------------------------------------------------------------
+# nvcc
+# ---------------------------------------------------------------------------
+
+
+def _translation_unit(items) -> str:
+    """One .cu holding many generated kernels: each in its own namespace, launchers renamed."""
+    parts = ['#include "polyad_cuda.h"']
+    for k, (name, kernel) in enumerate(items):
+        launcher = kernel.signature.name
+        text = kernel.source.replace('#include "polyad_cuda.h"', "")
+        text, n = re.subn(rf'extern "C" void {launcher}\(', f'extern "C" void {launcher}_b{k}(',
+                          text)
+        assert n == 1, name
+        parts += [f"namespace pa_batch_{k} {{  // {name}", text, "}"]
+    return "\n".join(parts)
+
+
+@pytest.mark.parametrize("batch", range(NVCC_BATCHES))
+def test_nvcc_compiles_the_corpora(simulated, tmp_path, batch):
+    items = [(n, simulated[n][0]) for n in NAMES[batch::NVCC_BATCHES]]
+    src = tmp_path / f"batch{batch}.cu"
+    src.write_text(_translation_unit(items))
+    cmd = [nvcc(), *[f for f in NVCC_FLAGS if f != "-shared"], f"-arch={DEFAULT_ARCH}",
+           f"-I{CUDA_INCLUDE}", "-c", str(src), "-o", str(tmp_path / "batch.o")]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "warning" not in proc.stderr, proc.stderr[-4000:]
+
+
+def test_nvcc_builds_a_loadable_library():
+    k = pa.compile(tv_cost, target="cuda")
+    assert k.library.exists() and k.library.suffix == ".so"
+    assert k.arch == ("native" if gpu_count() else DEFAULT_ARCH)
+
+
+# ---------------------------------------------------------------------------
+# the simulator against OpenMP
+# ---------------------------------------------------------------------------
+
+
+def _arguments(name):
+    if name in GRADIENTS:
+        return GRADIENTS[name][1]
+    k = FORWARD[name]
+    rng = np.random.default_rng(0)
+    # distinct sizes > 256 along one axis at most: several blocks, small runs
+    sizes = {s: v for s, v in zip(k.ir.sizes, (37, 9, 6, 5, 4, 3))}
+    return cuda_corpus.random_arguments(k, rng, sizes)
+
+
+def _copies(args):
+    return {n: v.copy() if isinstance(v, np.ndarray) else v for n, v in args.items()}
+
+
+def _results(r) -> list:
+    if r is None:
+        return []
+    return [np.asarray(x) for x in (r if isinstance(r, tuple) else (r,))]
+
+
+def _assert_matches(actual, expected, what):
+    assert actual.shape == expected.shape and actual.dtype == expected.dtype, what
+    rtol = 1e-12 if expected.dtype == np.float64 else 2e-5
+    finite = np.abs(expected[np.isfinite(expected)]) if expected.dtype.kind == "f" else \
+        np.abs(expected)
+    scale = float(np.max(finite, initial=0.0))
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=rtol * max(scale, 1.0),
+                               err_msg=what)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_simulator_matches_openmp(simulated, name):
+    sim, omp = simulated[name]
+    args = _arguments(name)
+    omp_args, sim_args = _copies(args), _copies(args)
+    expected = _results(omp(**omp_args))
+    actual = _results(sim(**sim_args))
+    assert len(actual) == len(expected)
+    for k, (a, e) in enumerate(zip(actual, expected)):
+        _assert_matches(a, e, f"{name}: result {k}")
+    for n, v in omp_args.items():  # in-out arrays
+        if isinstance(v, np.ndarray):
+            _assert_matches(sim_args[n], v, f"{name}: array {n}")
+
+
+# ---------------------------------------------------------------------------
+# the plan: block reductions, shared-memory privatization, atomics
+# ---------------------------------------------------------------------------
+
+
+def test_scalar_reduction_is_a_block_reduction(simulated):
+    sim, _ = simulated["tv_cost"]
+    primal = pa.compile(tv_cost, target="cuda-sim")
+    assert "pa_reduce_add(&pa_s->C, C);" in primal.source
+    assert any(lp.reductions for lp in _plan(tv_cost).loops.values())
+    assert "pa_reduce_add" in sim.source  # value_and_grad returns the value too
+
+
+def test_filter_gradient_is_privatized_in_shared_memory(simulated):
+    sim, _ = simulated["deconv_wrt_image_and_filter"]
+    assert "pa_privatize_begin(d_f" in sim.source and "pa_privatize_end(d_f" in sim.source
+    assert re.search(r"atomicAdd\(&d_f_block\[", sim.source)
+    assert any("d_f" in lp.privatized
+               for lp in _plan(GRADIENTS["deconv_wrt_image_and_filter"][0]).loops.values())
+
+
+def test_other_scatters_use_global_atomics(simulated):
+    atomics = [n for n in NAMES if any(lp.atomic for lp in _plan(_kernel(n)).loops.values())]
+    assert atomics, "no corpus kernel exercises global atomics"
+    for n in atomics:
+        assert re.search(r"atomicAdd\(&", simulated[n][0].source), n
+
+
+def test_two_dimensional_bands_get_32x8_tiles(simulated):
+    blocks = {lp.block for n in NAMES for lp in _plan(_kernel(n)).loops.values()
+              if len(lp.band) == 2}
+    assert blocks == {(32, 8, 1)}
+
+
+@pytest.mark.parametrize("name", ["tv_cost", "logsumexp", "deconv_wrt_image_and_filter"])
+def test_deterministic_two_pass_reduction(name):
+    derived, args = GRADIENTS[name]
+    det = pa.compile(derived, target="cuda-sim", deterministic=True)
+    omp = pa.compile(derived, deterministic=True)
+    if any(lp.reductions for lp in _plan(derived, deterministic=True).loops.values()):
+        assert "pa_reduce_store(" in det.source and "pa_sum_partials(" in det.source
+    assert "pa_reduce_add(" not in det.source and "atomicAdd" not in det.source
+    first = _results(det(**_copies(args)))
+    again = _results(det(**_copies(args)))
+    expected = _results(omp(**_copies(args)))
+    for a, b, e in zip(first, again, expected):
+        np.testing.assert_array_equal(a, b)
+        _assert_matches(a, e, name)
+
+
+def test_many_blocks_and_a_large_reduction(rng):
+    g = rng.standard_normal((300, 301))
+    b = rng.standard_normal((300, 301))
+    grad = pa.value_and_grad(tv_cost, "g")
+    value, dg = grad.package(pa.compile(grad, target="cuda-sim")(g, b, 0.2))
+    ref_value, ref_dg = grad(g, b, 0.2)
+    assert value == pytest.approx(ref_value, rel=1e-12)
+    _assert_matches(dg, ref_dg, "d_g")
+
+
+# ---------------------------------------------------------------------------
+# host side: device arrays in place, no GPU
+# ---------------------------------------------------------------------------
+
+
+def test_device_arrays_are_used_in_place(rng):
+    k = pa.compile(FORWARD["test_forward_kernels.blur"], target="cuda-sim")
+    x = rng.standard_normal((5, 7))
+    dx = k.to_device(x)
+    y = k(dx)
+    assert isinstance(y, DeviceArray) and y.shape == (5, 7)
+    np.testing.assert_allclose(y.numpy(), pa.compile(FORWARD["test_forward_kernels.blur"])(x),
+                               rtol=1e-12)
+    out = k.to_device(np.zeros((5, 7)))
+    assert k(dx, out) is out
+    np.testing.assert_allclose(out.numpy(), y.numpy(), rtol=0, atol=0)
+
+
+def test_device_arrays_are_checked(rng):
+    k = pa.compile(FORWARD["test_forward_kernels.blur"], target="cuda-sim")
+    with pytest.raises(pa.DTypeError, match="dtype float32"):
+        k(k.to_device(rng.standard_normal((5, 7)).astype(np.float32)))
+    with pytest.raises(pa.ShapeError, match="dimension"):
+        k(k.to_device(rng.standard_normal(5)))
+    x = k.to_device(rng.standard_normal((5, 7)))
+    with pytest.raises(pa.ShapeError, match="shares memory"):
+        k(x, x)
+
+
+def test_without_a_gpu_target_cuda_raises_device_error(rng):
+    g, b = rng.standard_normal((6, 7)), rng.standard_normal((6, 7))
+    k = pa.compile(tv_cost, target="cuda")
+    if gpu_count() == 0:
+        with pytest.raises(pa.DeviceError, match="no CUDA device"):
+            k(g, b, 0.1)
+    else:
+        assert k(g, b, 0.1) == pytest.approx(tv_cost(g, b, 0.1), rel=1e-12)
+
+
+# ---------------------------------------------------------------------------
+# inspection and emitted sources
+# ---------------------------------------------------------------------------
+
+
+def test_explain_shows_the_cuda_plan():
+    text = pa.explain(pa.grad(tv_cost, "g"), target="cuda")
+    assert "target cuda" in text
+    assert f"architecture: nvcc -arch=native when a GPU is present, else -arch={DEFAULT_ARCH}" \
+        in text
+    assert "cuda grid x" in text
+    assert "__global__ void" in text
+    text = pa.explain(tv_cost, target="cuda-sim")
+    assert "C (+=): block reduction + atomicAdd" in text
+
+
+def test_emit_writes_cu_header_and_runtime_headers(tmp_path):
+    from polyad import build
+    (emitted,) = build.emit_sources([pa.grad(tv_cost, "g")], tmp_path, target="cuda")
+    assert emitted.c_file.suffix == ".cu"
+    for name in ("polyad_cuda.h", "polyad_cuda_sim.h"):
+        assert (tmp_path / name).is_file()
+    header = emitted.h_file.read_text()
+    assert "DEVICE pointers" in header and "-fopenmp" not in header
+    cmd = [nvcc(), *[f for f in NVCC_FLAGS if f != "-shared"], f"-arch={DEFAULT_ARCH}",
+           "-c", str(emitted.c_file), "-o", str(tmp_path / "k.o")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_cli_show_and_emit_target_cuda(tmp_path, capsys):
+    from polyad import cli
+    src = tmp_path / "k.py"
+    src.write_text("import polyad as pa\nN, = pa.sizes('N')\n\n@pa.kernel\n"
+                   "def total(x: pa.f64[N]) -> pa.f64:\n    s = 0.0\n    for i in range(N):\n"
+                   "        s += x[i] * x[i]\n    return s\n")
+    assert cli.main(["show", f"{src}:total", "--grad", "x", "--target", "cuda"]) == 0
+    assert "target cuda" in capsys.readouterr().out
+    assert cli.main(["emit", f"{src}:total", "--target", "cuda", "-o", str(tmp_path / "out")]) == 0
+    assert (tmp_path / "out" / "total.cu").is_file()
+
+
+def test_runtime_failures_raise_device_error():
+    k = pa.compile(FORWARD["test_forward_kernels.blur"], target="cuda-sim")
+    with pytest.raises(pa.DeviceError, match="allocating device memory: .*out of memory"):
+        k.runtime.alloc(2 ** 62)
+    x = np.ones((4, 5))
+    np.testing.assert_allclose(k(x), np.ones((4, 5)), rtol=1e-15)  # the error is not sticky
