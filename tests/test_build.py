@@ -214,7 +214,8 @@ def test_built_derivatives_return_what_pa_grad_returns(tmp_path, monkeypatch, rn
                 np.testing.assert_allclose(got[1], want[1], rtol=1e-12)
             returns = mod[key].__doc__.splitlines()[-1]
             assert returns.startswith("Returns: ") and returns == k.__doc__.splitlines()[-1]
-        assert repr(mod.d_lam).startswith("<polyad prebuilt grad kernel d_lam(g: f64[M, N]")
+        # a scalar wrt is differentiated in forward mode by default (pa.grad's mode=None)
+        assert repr(mod.d_lam).startswith("<polyad prebuilt grad_forward kernel d_lam(g: f64[M, N]")
         assert mod.d_lam.raw(g, b, 0.3).shape == (1,)       # the IR-level output
     finally:
         sys.modules.pop(name, None)
