@@ -36,19 +36,7 @@ import numpy as np  # noqa: E402
 import cbuild  # noqa: E402
 import polyad as pa  # noqa: E402
 from deconv import FILTER, blur  # noqa: E402
-
-M, N = pa.sizes("M N")
-
-
-@pa.kernel
-def tv_cost(g: pa.f64[M, N].clamped, b: pa.f64[M, N], lam: pa.f64) -> pa.f64:
-    C = 0.0
-    for m in range(M):
-        for n in range(N):
-            C += (g[m, n] - b[m, n]) ** 2
-            C += lam * abs(g[m, n - 1] - g[m, n])
-            C += lam * abs(g[m - 1, n] - g[m, n])
-    return C
+from tv import tv_cost  # noqa: E402  (examples/tv.py: the README's TV cost)
 
 
 def median_times(calls: dict, repeats: int) -> dict:

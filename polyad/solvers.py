@@ -383,6 +383,22 @@ def _stop(callback, it, x, value) -> bool:
     return bool(callback is not None and callback(it, x, value))
 
 
+def _record_step(info: "SolveInfo", bar: "_Progress", it: int, x, f: float, step: float,
+                 callback) -> bool:
+    """Book-keep iteration ``it`` of a line-search method (history, progress line);
+    True when it must stop: no decrease found, or the callback asked to."""
+    info.iterations = it
+    info.history.append(f)
+    bar.update(it, "cost", f, step)
+    if step == 0.0:
+        info.message = "the line search found no decrease"
+        return True
+    if _stop(callback, it, x, f):
+        info.message = "stopped by the callback"
+        return True
+    return False
+
+
 # --------------------------------------------------------------------------
 # conjugate gradients for regularised least squares
 # --------------------------------------------------------------------------
@@ -490,14 +506,7 @@ def gradient_descent(fun, x0, step: float = 1.0, tol: float = 1e-6, maxiter: int
             info.converged = True
             break
         step, x, f, g = _line_search(fun, x, f, g, _lin(-1.0, g), step)
-        info.iterations = it
-        info.history.append(f)
-        bar.update(it, "cost", f, step)
-        if step == 0.0:
-            info.message = "the line search found no decrease"
-            break
-        if _stop(callback, it, x, f):
-            info.message = "stopped by the callback"
+        if _record_step(info, bar, it, x, f, step, callback):
             break
         step *= 2.0
     if info.converged:
@@ -590,14 +599,7 @@ def newton_cg(fun, x0, hvp: Optional[Callable] = None, tol: float = 1e-8, maxite
             d = _lin(1.0, r, rr_new / rr, d)
             rr = rr_new
         step, x, f, g = _line_search(fun, x, f, g, p, 1.0)
-        info.iterations = it
-        info.history.append(f)
-        bar.update(it, "cost", f, step)
-        if step == 0.0:
-            info.message = "the line search found no decrease"
-            break
-        if _stop(callback, it, x, f):
-            info.message = "stopped by the callback"
+        if _record_step(info, bar, it, x, f, step, callback):
             break
     if info.converged:
         info.message = f"converged in {info.iterations} Newton iterations"
