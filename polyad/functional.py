@@ -22,7 +22,7 @@ from . import ir
 from .ad import check_wrt
 from .api import Kernel
 from .derivatives import vjp
-from .errors import ArgumentError, ShapeError
+from .errors import ArgumentError
 
 
 class FunctionalKernel:
@@ -61,41 +61,7 @@ class FunctionalKernel:
     # ---- shapes --------------------------------------------------------
     def infer_sizes(self, shapes: dict, sizes: dict) -> dict:
         """All sizes, from the input shapes (``name -> tuple``) and the given ``sizes``."""
-        sizes = dict(sizes)
-        pending = [(p.name, d, ext, shapes[p.name][d]) for p in self.inputs if p.is_array
-                   for d, ext in enumerate(p.type.shape)]
-        progress = True
-        while pending and progress:
-            progress = False
-            for item in list(pending):
-                name, d, ext, n = item
-                value = ir.eval_integer(ext, sizes)
-                if value is None:
-                    unknown = {x.name for x in ir.walk(ext)
-                               if isinstance(x, ir.SizeVar) and x.name not in sizes}
-                    if len(unknown) != 1:
-                        continue
-                    size = unknown.pop()
-                    f0 = ir.eval_integer(ext, {**sizes, size: 0})
-                    f1 = ir.eval_integer(ext, {**sizes, size: 1})
-                    if f1 == f0:
-                        continue
-                    q, r = divmod(n - f0, f1 - f0)
-                    if r:
-                        raise ShapeError(f"{self.name}(): dimension {d} of {name!r} has length "
-                                         f"{n}, which {ir.expr_str(ext)} cannot equal")
-                    sizes[size] = q
-                    value = ir.eval_integer(ext, sizes)
-                if value != n:
-                    raise ShapeError(f"{self.name}(): dimension {d} of {name!r} has length {n}, "
-                                     f"but the kernel declares {ir.expr_str(ext)} = {value}")
-                pending.remove(item)
-                progress = True
-        missing = [s for s in self.kernel.ir.sizes if s not in sizes]
-        if missing:
-            raise ArgumentError(f"{self.name}(): cannot infer size(s) {', '.join(missing)} from "
-                                f"the inputs; pass them as keywords, e.g. {missing[0]}=...")
-        return sizes
+        return ir.infer_sizes(self.kernel.ir, shapes, sizes)
 
     def output_specs(self, shapes: dict, sizes: dict) -> list[tuple[tuple, np.dtype]]:
         """``(shape, dtype)`` of every output, in output order."""

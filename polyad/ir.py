@@ -21,7 +21,7 @@ from typing import Callable, Iterator, Optional, Union
 
 import numpy as np
 
-from .errors import InternalError, TypeSpecError
+from .errors import ArgumentError, InternalError, ShapeError, TypeSpecError
 
 # --------------------------------------------------------------------------
 # dtypes
@@ -731,6 +731,68 @@ def eval_integer(e: Expr, env: dict) -> Optional[int]:
         return ops[e.op](a, b)
     return None
 
+
+
+def solve_extent(e: Expr, value: int, sizes: dict) -> Optional[tuple[str, int]]:
+    """``(size name, its value)`` solving ``e == value`` for the single size of ``e``
+    missing from ``sizes`` (``e`` linear in it); None when there is no such single
+    unknown or no integer solution."""
+    unknown = {x.name for x in walk(e) if isinstance(x, SizeVar) and x.name not in sizes}
+    if len(unknown) != 1:
+        return None
+    name = unknown.pop()
+    f0 = eval_integer(e, {**sizes, name: 0})
+    f1 = eval_integer(e, {**sizes, name: 1})
+    if f0 is None or f1 is None or f1 == f0:
+        return None
+    x, rem = divmod(value - f0, f1 - f0)
+    if rem or eval_integer(e, {**sizes, name: x}) != value:
+        return None
+    return name, x
+
+
+def infer_sizes(kernel: "Kernel", shapes: dict, sizes: dict) -> dict:
+    """All sizes of ``kernel``: those given in ``sizes`` (name -> int) and those the
+    array shapes determine (``shapes``: parameter name -> shape tuple, for the arrays
+    passed). Raises ``ShapeError`` when a shape contradicts the declared extents
+    (or a size would be negative), ``ArgumentError`` naming the sizes no shape
+    determines."""
+    sizes = {n: int(v) for n, v in sizes.items()}
+    pending = []
+    for p in kernel.params:
+        if p.is_array and p.name in shapes:
+            shape = tuple(shapes[p.name])
+            if len(shape) != p.type.ndim:
+                raise ShapeError(f"{kernel.name}(): argument {p.name!r} has {len(shape)} "
+                                 f"dimension(s), expected {p.type.ndim} ({p.type!r})")
+            pending += [(p.name, d, ext, n) for d, (ext, n) in enumerate(zip(p.type.shape, shape))]
+    progress = True
+    while pending and progress:
+        progress = False
+        for item in list(pending):
+            name, d, ext, n = item
+            v = eval_integer(ext, sizes)
+            if v is None:
+                solved = solve_extent(ext, n, sizes)
+                if solved is None:
+                    continue
+                sizes[solved[0]] = solved[1]
+                v = n
+            if v != n:
+                raise ShapeError(
+                    f"{kernel.name}(): dimension {d} of {name!r} has length {n}, but the kernel "
+                    f"declares {expr_str(ext)} = {v} "
+                    f"(with {', '.join(f'{s} = {sizes[s]}' for s in sorted(sizes))})")
+            pending.remove(item)
+            progress = True
+    missing = [s for s in kernel.sizes if s not in sizes]
+    if missing:
+        raise ArgumentError(f"{kernel.name}(): cannot infer size(s) {', '.join(missing)} from the "
+                            f"arguments; pass them as keywords, e.g. {missing[0]}=...")
+    for s in kernel.sizes:
+        if sizes[s] < 0:
+            raise ShapeError(f"{kernel.name}(): size {s} = {sizes[s]}, but sizes must be >= 0")
+    return sizes
 
 # --------------------------------------------------------------------------
 # internal failures

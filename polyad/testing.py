@@ -15,7 +15,7 @@ from typing import Any, Mapping, Optional
 import numpy as np
 
 from . import ir
-from .errors import ArgumentError, ShapeError
+from .errors import ArgumentError
 from .intrinsics import INTRINSICS
 from .ir import (Binary, Call, Cast, Const, Expr, Load, LoopVar, ScalarRef, Select,
                  SizeVar, Unary)
@@ -257,42 +257,8 @@ def interpret(kernel: ir.Kernel, args: Mapping[str, Any], sizes: Mapping[str, in
 
 
 def infer_sizes(k: ir.Kernel, arrays: dict, given: dict) -> dict:
-    """Sizes from the shapes of the given arrays (extents affine in one unknown size)."""
-    known = {n: int(v) for n, v in given.items()}
-    todo = []
-    for p in k.params:
-        if p.is_array and p.name in arrays:
-            shp = arrays[p.name].shape
-            if len(shp) != p.type.ndim:
-                raise ShapeError(f"{k.name}(): {p.name} has {len(shp)} dimension(s), expected "
-                                 f"{p.type.ndim} ({p.type!r})")
-            todo += [(p.name, ext, n) for ext, n in zip(p.type.shape, shp)]
-    progress = True
-    while progress:
-        progress = False
-        for name, ext, n in todo:
-            unknown = {x.name for x in ir.walk(ext) if isinstance(x, ir.SizeVar)} - set(known)
-            if len(unknown) != 1:
-                continue
-            u = unknown.pop()
-            f0 = _eval_extent(ext, {**known, u: 0})
-            slope = _eval_extent(ext, {**known, u: 1}) - f0
-            if slope and (n - f0) % slope == 0:
-                known[u] = (n - f0) // slope
-                progress = True
-    missing = [s for s in k.sizes if s not in known]
-    if missing:
-        raise ArgumentError(f"{k.name}(): cannot infer size(s) {', '.join(missing)} from the "
-                            f"arguments; pass them as keywords, e.g. {missing[0]}=...")
-    for name, ext, n in todo:
-        if _eval_extent(ext, known) != n:
-            raise ShapeError(f"{k.name}(): {name} has extent {n} where {ir.expr_str(ext)} = "
-                             f"{_eval_extent(ext, known)}")
-    return known
-
-
-def _eval_extent(e: ir.Expr, env: dict) -> int:
-    return int(_Machine(None, {}, {}, env).eval(e, {}))
+    """Sizes from the shapes of the given arrays and the ``given`` sizes (``ir.infer_sizes``)."""
+    return ir.infer_sizes(k, {n: np.shape(a) for n, a in arrays.items()}, given)
 
 
 def bind_args(k: ir.Kernel, args, kwargs):

@@ -34,22 +34,6 @@ from .arrays import as_array_argument
 from .toolchain import load_library
 
 
-def _solve_extent(e: ir.Expr, value: int, sizes: dict) -> Optional[tuple[str, int]]:
-    """Solve ``e == value`` for its single unknown size (``e`` linear in it)."""
-    unknown = {x.name for x in ir.walk(e) if isinstance(x, SizeVar) and x.name not in sizes}
-    if len(unknown) != 1:
-        return None
-    name = unknown.pop()
-    f0 = ir.eval_integer(e, {**sizes, name: 0})
-    f1 = ir.eval_integer(e, {**sizes, name: 1})
-    if f0 is None or f1 is None or f1 == f0:
-        return None
-    x, rem = divmod(value - f0, f1 - f0)
-    if rem or ir.eval_integer(e, {**sizes, name: x}) != value:
-        return None
-    return name, x
-
-
 # --------------------------------------------------------------------------
 # extents compiled to Python functions
 # --------------------------------------------------------------------------
@@ -96,7 +80,7 @@ def _compile_shape(shape: tuple, slot: dict, clamp: bool = False) -> Callable[[l
 
 
 def _solve_into(v: list, slot: int, fn: Callable[[list], int], n: int) -> bool:
-    """Set ``v[slot]`` so that ``fn(v) == n`` (``fn`` linear in it), as ``_solve_extent``
+    """Set ``v[slot]`` so that ``fn(v) == n`` (``fn`` linear in it), as ``ir.solve_extent``
     does; False when that has no integer solution it can find."""
     v[slot] = 0
     f0 = fn(v)
@@ -545,38 +529,8 @@ class KernelFunction:
             raise ShapeError(f"{k.name}(): argument {p.name!r} is written but read-only")
 
     def _infer_sizes(self, arrays: dict, sizes: dict) -> None:
-        k = self.kernel
-        pending = []
-        for p in k.params:
-            if p.is_array and p.name in arrays:
-                for d, (ext, n) in enumerate(zip(p.type.shape, arrays[p.name].shape)):
-                    pending.append((p.name, d, ext, n))
-        progress = True
-        while pending and progress:
-            progress = False
-            for item in list(pending):
-                name, d, ext, n = item
-                v = ir.eval_integer(ext, sizes)
-                if v is None:
-                    solved = _solve_extent(ext, n, sizes)
-                    if solved is None:
-                        continue
-                    sizes[solved[0]] = solved[1]
-                    v = n
-                if v != n:
-                    raise ShapeError(
-                        f"{k.name}(): dimension {d} of {name!r} has length {n}, but the kernel "
-                        f"declares {ir.expr_str(ext)} = {v} "
-                        f"(with {', '.join(f'{s} = {sizes[s]}' for s in sorted(sizes))})")
-                pending.remove(item)
-                progress = True
-        missing = [s for s in k.sizes if s not in sizes]
-        if missing:
-            raise ArgumentError(f"{k.name}(): cannot infer size(s) {', '.join(missing)} from the "
-                                f"arguments; pass them as keywords, e.g. {missing[0]}=...")
-        for s in k.sizes:
-            if sizes[s] < 0:
-                raise ShapeError(f"{k.name}(): size {s} = {sizes[s]}, but sizes must be >= 0")
+        """Complete ``sizes`` in place from the shapes of ``arrays`` (raises on conflicts)."""
+        sizes.update(ir.infer_sizes(self.kernel, {n: a.shape for n, a in arrays.items()}, sizes))
 
     def _check_requirements_values(self, values: tuple) -> None:
         """Check the size conditions for ``values`` (in ``param_names`` order), once per tuple."""
