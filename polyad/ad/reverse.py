@@ -35,6 +35,7 @@ from . import exprs as X
 from .activity import analyze, diff_reads, target_name
 from .funcs import FuncLibrary
 from .rules import partials
+from .recorded import RecordedSets, analysable_error_types
 from .tape import Resolver, injective_index, plainly_in_bounds
 
 
@@ -203,9 +204,10 @@ def _item_target(it: Item) -> str:
 
 
 class _Reverse:
-    def __init__(self, k: ir.Kernel, wrt, mode: str):
+    def __init__(self, k: ir.Kernel, wrt, mode: str, exact_tapes: bool = True):
         self.k = k
         self.mode = mode
+        self.exact_tapes = exact_tapes
         self.wrt = check_wrt(k, wrt)
         if mode in ("grad", "value_and_grad") and k.result is None:
             raise _err(k, f"{k.name}() returns no scalar: pa.grad needs a scalar-valued kernel",
@@ -539,6 +541,16 @@ class _Reverse:
                                     it.source)
                 break
 
+    def recorded_sets(self) -> Optional[RecordedSets]:
+        """The exact to-be-recorded analysis of the primal sweep (None when switched off or
+        when ISL cannot model the kernel: the structural checks then decide alone)."""
+        if not self.exact_tapes:
+            return None
+        try:
+            return RecordedSets(self.k, self.leaves, self.arrays)
+        except analysable_error_types():
+            return None
+
     # -- build ------------------------------------------------------------------
     def build(self) -> ir.Kernel:
         self.prepare()
@@ -547,7 +559,7 @@ class _Reverse:
         k = self.k
         self.tmp_scalars: dict[str, ir.DType] = {}
         self.resolver = R = Resolver(self.root, self.leaves, set(self.locals), self.arrays,
-                                     self.names)
+                                     self.names, self.recorded_sets())
         self.live_after = _primal_liveness(self.root, self.roots)
         self.adj_items = {}
         for lf in reversed(self.leaves):
@@ -759,17 +771,30 @@ def _build(derivation: "_Reverse") -> ir.Kernel:
         return derivation.build()
 
 
-def vjp_kernel(k: ir.Kernel, wrt) -> ir.Kernel:
+def vjp_kernel(k: ir.Kernel, wrt, exact_tapes: bool = True) -> ir.Kernel:
     """The pullback of ``k``: inputs, cotangents ``<out>_bar`` (and ``result_bar``) ->
-    ``d_<wrt>``."""
-    return _build(_Reverse(k, wrt, "vjp"))
+    ``d_<wrt>``. ``exact_tapes=False``: tape by the structural checks alone (the
+    reference the exact to-be-recorded analysis is tested against)."""
+    return _build(_Reverse(k, wrt, "vjp", exact_tapes))
 
 
-def grad_kernel(k: ir.Kernel, wrt) -> ir.Kernel:
+def grad_kernel(k: ir.Kernel, wrt, exact_tapes: bool = True) -> ir.Kernel:
     """The gradient of the scalar ``k`` returns: inputs -> ``d_<wrt>``."""
-    return _build(_Reverse(k, wrt, "grad"))
+    return _build(_Reverse(k, wrt, "grad", exact_tapes))
 
 
-def value_and_grad_kernel(k: ir.Kernel, wrt) -> ir.Kernel:
+def value_and_grad_kernel(k: ir.Kernel, wrt, exact_tapes: bool = True) -> ir.Kernel:
     """Like ``grad_kernel``, and the derived kernel returns ``k``'s value."""
-    return _build(_Reverse(k, wrt, "value_and_grad"))
+    return _build(_Reverse(k, wrt, "value_and_grad", exact_tapes))
+
+
+def recorded_reads(k: ir.Kernel, wrt, mode: str = "grad") -> list[dict]:
+    """The to-be-recorded decision for every primal array read the adjoint of ``k`` needs:
+    ``statement`` (DSL source), ``line``, ``read`` (the access), ``final`` (read from the
+    final array), ``how`` (which check decided), ``recorded`` (the ISL set of instances
+    whose value is overwritten before the reverse sweep; None when ISL was not asked or
+    cannot model the access) and ``tape`` (the tape's name, None when not taped)."""
+    derivation = _Reverse(k, wrt, mode)
+    _build(derivation)
+    return [{key: v for key, v in r.items() if key != "leaf"}
+            for r in derivation.resolver.records]

@@ -27,8 +27,12 @@ value an adjoint needs, ``Resolver`` picks one of (DESIGN §4):
     is taped once per outer iteration). The tape extents are the bounding
     box of the loop nest, affine in the sizes (``tape_bytes`` reports them).
 
-All checks are structural on the loop tree (conservative: when in doubt,
-tape), so AD needs no ISL.
+The checks above are structural on the loop tree (conservative: when in
+doubt, tape). An array read they would tape is then asked of the exact
+to-be-recorded analysis (``polyad.ad.recorded``, ISL): when no write after the
+read touches the element it read, the adjoint reads the final array after all;
+otherwise the tape drops the loop dimensions along which the value read cannot
+change. ``records`` keeps every decision for ``pa.explain`` and the tests.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ from .. import ir
 from ..ir import Binary, Expr, Load, LoopVar, ScalarRef
 from ..looptree import Item, Leaf, Node, item_of, loops_of, tree_items
 from . import exprs as X
+from .recorded import RecordedSets, analysable_error_types, exact_recorded
 
 DIRECT = ("direct",)
 
@@ -99,7 +104,7 @@ class Resolver:
     """Decides how the reverse sweep obtains each primal value (see module doc)."""
 
     def __init__(self, root: Node, leaves: list[Leaf], local_names: set, array_types: dict,
-                 names):
+                 names, exact: Optional[RecordedSets] = None):
         self.root = root
         self.leaves = leaves
         self.local_names = set(local_names)       # primal scalar locals
@@ -117,6 +122,9 @@ class Resolver:
         self.tape_scalars: list[tuple[str, ir.DType]] = []
         self.init_scalars: dict[str, ir.DType] = {}
         self._memo: dict = {}
+        self.exact = exact                        # the ISL analysis, None: structural only
+        self.records: list[dict] = []             # one per array read the adjoint needs
+        self._final: dict = {}
 
     # ------------------------------------------------------------------
     # substitution
@@ -146,9 +154,30 @@ class Resolver:
         return self.tape_scalar(ref, r[1], leaf)
 
     def load_value(self, ld: Load, leaf: Leaf) -> Expr:
-        if self.array_valid(ld, leaf):
+        if self.array_final(ld, leaf):
             return ld
         return self.tape_load(ld, leaf)
+
+    def array_final(self, ld: Load, leaf: Leaf) -> bool:
+        """Does the reverse sweep find the value ``leaf`` read as ``ld`` in the final array
+        (structurally, else by the exact analysis)?"""
+        key = (ld, leaf.index)
+        if key in self._final:
+            return self._final[key]
+        rec = None
+        if self.array_valid(ld, leaf):
+            final, how = True, "structural: no later write"
+        else:
+            rec = exact_recorded(self.exact, leaf, ld)
+            final = rec is not None and rec.is_empty()
+            how = ("no ISL model of the access" if rec is None
+                   else "exact: no later write" if final else "exact: overwritten later")
+        self.records.append({"statement": leaf.stmt.source, "line": leaf.stmt.line,
+                             "read": ir.expr_str(ld), "final": final, "how": how,
+                             "recorded": None if rec is None else rec, "tape": None,
+                             "leaf": leaf.index})
+        self._final[key] = final
+        return final
 
     # ------------------------------------------------------------------
     # arrays
@@ -250,7 +279,7 @@ class Resolver:
                 for t in sorted(st.scalar_reads()):
                     work.append((t, w.path, st.conditions, st.guard))
                 for ld in ir.loads(st.expr) + (ir.loads(st.guard) if st.guard is not None else []):
-                    if ld.array in self.array_types and not self.array_valid(ld, w):
+                    if ld.array in self.array_types and not self.array_final(ld, w):
                         return None
         self._merge(adds, {bp: chosen})
         return adds
@@ -318,10 +347,12 @@ class Resolver:
                 lo, hi = X.iadd(lo, X.imul(c, ah)), X.iadd(hi, X.imul(c, al))
         return lo, hi
 
-    def _new_tape(self, path: tuple, dtype: ir.DType, base: str, holds: str) -> Expr:
+    def _new_tape(self, path: tuple, dtype: ir.DType, base: str, holds: str,
+                  drop=()) -> Expr:
         """A tape of ``dtype`` values stored at node ``path``: a scalar local, or an array
-        over the bounding box of the loops around it; ``holds``: its content, for reports."""
-        box = self._bbox(path)
+        over the bounding box of the loops around it but those at positions ``drop``;
+        ``holds``: its content, for reports."""
+        box = [b for d, b in enumerate(self._bbox(path)) if d not in set(drop)]
         name = self.names.fresh(f"{TAPE_PREFIX}{base}")
         if not box:
             self.tape_scalars.append((name, dtype))
@@ -340,11 +371,24 @@ class Resolver:
         if key not in self.tapes:
             st = leaf.stmt
             holds = f"{ir.expr_str(ld)} read by: {st.source}"
-            ref = self._new_tape(leaf.path, ld.dtype, f"{st.name}_{ld.array}", holds)
+            drop = self.droppable(ld, leaf)
+            ref = self._new_tape(leaf.path, ld.dtype, f"{st.name}_{ld.array}", holds, drop)
+            for r in self.records:
+                if r["leaf"] == leaf.index and r["read"] == ir.expr_str(ld):
+                    r["tape"] = ref.array if isinstance(ref, Load) else ref.name
             self.tape_before.setdefault(leaf.path, []).append(
                 Item(ref, "=", ld, st.conditions, None, st.line, f"tape: {holds}"))
             self.tapes[key] = ref
         return self.tapes[key]
+
+    def droppable(self, ld: Load, leaf: Leaf) -> list[int]:
+        """Loop dimensions (positions) a tape of ``ld`` read by ``leaf`` need not index."""
+        if self.exact is None:
+            return []
+        try:
+            return self.exact.droppable_dims(leaf, ld)
+        except analysable_error_types():
+            return []
 
     def tape_scalar(self, ref: ScalarRef, xpath: tuple, leaf: Leaf) -> Expr:
         key = ("scalar", ref.name, xpath)
