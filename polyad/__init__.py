@@ -15,8 +15,8 @@ from .api import Func, Kernel, compile, empty, from_c, func, kernel, sizes, zero
 from .derivatives import (adjoint, check_grad, custom_vjp, derivative, grad,  # noqa: F401
                           hessian, hvp, is_affine, is_linear, jvp, value_and_grad, vjp)
 from .errors import (ArgumentError, BoundsError, CompileError, DeviceError, DSLError,  # noqa: F401
-                     DTypeError, InternalError, NotDifferentiableError, NotLinearError,
-                     PolyadError, ShapeError, TilingError)
+                     DTypeError, InternalError, MemoryBudgetError, NotDifferentiableError,
+                     NotLinearError, PolyadError, ShapeError, TilingError)
 from .intrinsics import INTRINSICS as _INTRINSICS
 from .ir import Out, f32, f64, i32, i64  # noqa: F401
 from .logconf import configure_from_env as _configure_logging
@@ -37,6 +37,7 @@ __all__ = sorted([
     "PolyadError", "DSLError", "BoundsError", "NotDifferentiableError", "NotLinearError",
     "ArgumentError",
     "ShapeError", "DTypeError", "CompileError", "DeviceError", "TilingError", "InternalError",
+    "MemoryBudgetError",
     *_INTRINSICS,
 ])
 

@@ -32,6 +32,7 @@ from .ad import rules as _ad_rules
 from .api import Func, Kernel
 from .errors import ShapeError
 from .pipeline import kernel_ir
+from .runtime import budget as _budget
 from .testing import bind_args, call_interpreted
 from .tracebacks import user_facing
 
@@ -65,6 +66,9 @@ class DerivedKernel(Kernel):
 
     def __init__(self, ir_kernel: ir.Kernel, kind: str, primal, wrt):
         super().__init__(ir_kernel=ir_kernel)
+        #: the memory budget of a call's tapes and temporaries (``memory=`` of pa.grad & co.;
+        #: None: the default, see ``polyad.runtime.budget``)
+        self.memory = None
         self.__name__ = ir_kernel.name
         self.__qualname__ = ir_kernel.name
         self.kind = kind
@@ -97,6 +101,11 @@ class DerivedKernel(Kernel):
         if fn is None:
             fn = self._default = self.compile()
         return self._package(fn(*args, **kwargs))
+
+    def compile(self, target: str = "openmp", sanitize=None, deterministic: bool = False):
+        fn = super().compile(target, sanitize, deterministic)
+        fn.memory_budget = self.memory
+        return fn
 
     def package(self, raw):
         """Shape the raw outputs (``d_<wrt>`` arrays, maybe led by the value) for the user."""
@@ -161,20 +170,23 @@ def _jvp_packager(primal: ir.Kernel):
     return package
 
 
-def _derived(k, wrt, kind, build, cls=None):
+def _derived(k, wrt, kind, build, cls=None, memory=None):
+    if memory is not None:
+        _budget.parse_bytes(memory)    # a bad budget fails here, not at the first call
     if isinstance(k, ir.Kernel):
         k = Kernel(ir_kernel=k)
     if not isinstance(k, Kernel):
         raise TypeError(f"pa.{kind}() differentiates a @pa.kernel, got {k!r}")
     cache = k.__dict__.setdefault("_polyad_derived", {})
-    key = (kind, _wrt_key(wrt), _RULES_VERSION[0])
+    key = (kind, _wrt_key(wrt), _RULES_VERSION[0], memory)
     if key not in cache:
         cache[key] = (cls or DerivedKernel)(build(k.ir, wrt), kind, k, wrt)
+        cache[key].memory = memory
     return cache[key]
 
 
 @user_facing
-def grad(k, wrt, mode: Optional[str] = None) -> DerivedKernel:
+def grad(k, wrt, mode: Optional[str] = None, memory=None) -> DerivedKernel:
     """Gradient of the scalar a kernel returns, with respect to ``wrt``.
 
     ``wrt``: a parameter name (the call returns one array or float), a list
@@ -183,16 +195,21 @@ def grad(k, wrt, mode: Optional[str] = None) -> DerivedKernel:
     ``"forward"`` (one tangent sweep per parameter; scalar parameters only).
     Without ``mode``: forward when every ``wrt`` parameter is a scalar (the
     cheap direction for few inputs), reverse otherwise.
+    ``memory``: the budget of a call's tapes and temporaries (``"1GB"``,
+    ``"512MiB"``, ``"25%"`` of physical memory, or bytes); a call over it raises
+    ``pa.MemoryBudgetError`` naming each tape and its size formula before
+    allocating anything. Default: ``POLYAD_MEMORY_BUDGET``, else half the
+    physical memory. ``pa.explain`` of the derived kernel lists the tapes.
     """
     if mode is None:
         names = ad.check_wrt(kernel_ir(k), wrt)
         pk = kernel_ir(k)
         mode = "reverse" if any(pk.param(n).is_array for n in names) else "forward"
     if mode == "forward":
-        return _derived(k, wrt, "grad_forward", ad.forward_grad_kernel)
+        return _derived(k, wrt, "grad_forward", ad.forward_grad_kernel, memory=memory)
     if mode != "reverse":
         raise ValueError(f"mode must be 'forward' or 'reverse', got {mode!r}")
-    return _derived(k, wrt, "grad", ad.grad_kernel)
+    return _derived(k, wrt, "grad", ad.grad_kernel, memory=memory)
 
 
 @user_facing
@@ -209,17 +226,17 @@ def jvp(k, wrt) -> DerivedKernel:
 
 
 @user_facing
-def value_and_grad(k, wrt) -> DerivedKernel:
-    """Like ``grad``; the call returns ``(value, gradient(s))``."""
-    return _derived(k, wrt, "value_and_grad", ad.value_and_grad_kernel)
+def value_and_grad(k, wrt, memory=None) -> DerivedKernel:
+    """Like ``grad`` (``memory`` too); the call returns ``(value, gradient(s))``."""
+    return _derived(k, wrt, "value_and_grad", ad.value_and_grad_kernel, memory=memory)
 
 
 @user_facing
-def vjp(k, wrt) -> DerivedKernel:
+def vjp(k, wrt, memory=None) -> DerivedKernel:
     """Pullback: call with ``k``'s inputs, then one cotangent per output array (``pa.Out`` and
     in-out arrays, in order), then the cotangent of the returned scalar if any; returns
-    the cotangent(s) of ``wrt``."""
-    return _derived(k, wrt, "vjp", ad.vjp_kernel)
+    the cotangent(s) of ``wrt``. ``memory``: the tape budget, as for ``grad``."""
+    return _derived(k, wrt, "vjp", ad.vjp_kernel, memory=memory)
 
 
 @user_facing

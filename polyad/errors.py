@@ -123,3 +123,9 @@ class NotLinearError(DSLError):
 
 class DeviceError(PolyadError):
     """No usable CUDA device, or a CUDA call failed; the message carries CUDA's own."""
+
+
+class MemoryBudgetError(PolyadError, MemoryError):
+    """A call's temporaries (a derived kernel's tapes) would exceed the memory budget
+    (``memory=`` of ``pa.grad`` & co., ``POLYAD_MEMORY_BUDGET``); names each tape, the
+    statement whose values it holds and its size as a formula of the sizes."""

@@ -34,6 +34,7 @@ from .emit.cexpr import ast_expr_c
 from .ir import Binary, Const, Load, ScalarRef
 from .pipeline import Artifact, Options, artifact_of
 from .poly import PolyModel, boundary_access_map
+from .runtime import budget
 from .schedule import ScheduledKernel
 
 FORMATS = ("text", "json", "dot")
@@ -67,10 +68,14 @@ def report(kernel, target: str = "openmp", deterministic: bool = False) -> dict:
     Keys: ``kernel file line target deterministic params result sizes
     c_signature c_params context requirements statements scatter_to_gather
     dependences dependences_computed schedule_origin schedule_tree loops ast
-    temporaries source``.
+    temporaries tapes source``, and ``memory_budget`` where the kernel has tapes.
     ISL objects appear in ISL's own notation.
     """
-    return artifact_report(artifact_of(kernel, Options(target, deterministic)))
+    data = artifact_report(artifact_of(kernel, Options(target, deterministic)))
+    if data["tapes"]:
+        limit, source = budget.budget_bytes(getattr(kernel, "memory", None))
+        data["memory_budget"] = {"bytes": limit, "source": source}
+    return data
 
 
 def artifact_report(art: Artifact) -> dict:
@@ -104,6 +109,8 @@ def artifact_report(art: Artifact) -> dict:
         "ast": outline.lines,
         "target_notes": list(getattr(art.plan, "notes", lambda: [])()),
         "temporaries": [_temp(t) for t in k.temps],
+        "tapes": [{"name": t.name, "type": repr(t.type), "holds": t.holds,
+                   "bytes": budget.size_formula(t)} for t in k.temps if t.role == "tape"],
         "source": art.source,
     }
 
@@ -476,6 +483,16 @@ def _text(d: dict) -> str:
             kind = "tape" if t["tape"] else "temporary"
             lines.append(f"  {t['name']}  {t['type']}  {kind}, {fill}: {t['elements']} "
                          f"elements = {t['bytes']} bytes")
+
+    if d.get("tapes"):
+        _section(lines, "tapes (primal values the reverse sweep reads back: only those a later "
+                        "write overwrites)")
+        for t in d["tapes"]:
+            lines.append(f"  {t['name']}  {t['type']} = {t['bytes']} bytes: {t['holds']}")
+        b = d["memory_budget"]
+        lines.append(f"  total: {' + '.join(t['bytes'] for t in d['tapes'])} bytes; a call "
+                     f"whose temporaries exceed {budget.human(b['bytes'])} ({b['source']}) "
+                     f"raises MemoryBudgetError")
 
     _section(lines, f"generated source ({d['target']})")
     lines += d["source"].rstrip("\n").split("\n")

@@ -529,7 +529,7 @@ def test_overwritten_scalar_is_taped():
     assert grad(prod_vec, "x").tape_bytes(N=10) == 80
     (rep,) = ad.tape_report(k, {"N": 7})
     assert rep["type"] == "f64[N]" and rep["bytes"] == 56
-    assert rep["what"] == "p read by: p = p * x[i]"
+    assert rep["what"] == "p read by: p = p * x[i] (line 520)"
 
 
 @pa.kernel

@@ -239,3 +239,72 @@ def test_trimmed_tapes_clean_under_asan(tmp_path, repo_root):
     assert proc.returncode == 0, out
     assert "AddressSanitizer" not in out, out
     assert "TAPE-ASAN-OK" in proc.stdout, out
+
+
+# ---------------------------------------------------------------------------
+# the memory budget, said before it happens
+# ---------------------------------------------------------------------------
+
+def test_over_budget_call_names_tapes_formulas_and_options():
+    cholesky, wrt = KERNELS["cholesky"]
+    args = make_args("cholesky", 120, np.random.default_rng(0))
+    g = pa.grad(cholesky, wrt, memory="200KB")
+    with pytest.raises(pa.MemoryBudgetError) as err:
+        g(**copied(args))
+    msg = str(err.value)
+    assert isinstance(err.value, pa.PolyadError) and isinstance(err.value, MemoryError)
+    assert "N=120" in msg and "memory='200KB'" in msg and "POLYAD_MEMORY_BUDGET" in msg
+    assert "f64[N, N - 1] = 8 * N * (N - 1) bytes" in msg
+    assert "read by: A[i, j] /= A[j, j] (line " in msg
+    # within budget the same gradient runs and matches the unbudgeted one
+    ok = pa.grad(cholesky, wrt, memory="2MB")(**copied(args))
+    np.testing.assert_array_equal(ok, pa.grad(cholesky, wrt)(**copied(args)))
+
+
+def test_budget_from_environment(monkeypatch):
+    rnn, wrt = KERNELS["rnn"]
+    args = make_args("rnn", 40, np.random.default_rng(1), steps=50)
+    monkeypatch.setenv("POLYAD_MEMORY_BUDGET", "10KiB")
+    with pytest.raises(pa.MemoryBudgetError, match=r"POLYAD_MEMORY_BUDGET=10KiB"):
+        pa.grad(rnn, wrt)(**copied(args))
+    monkeypatch.setenv("POLYAD_MEMORY_BUDGET", "1GB")
+    pa.grad(rnn, wrt)(**copied(args))
+
+
+def test_untrimmed_cholesky_at_1500_fails_before_allocating():
+    cholesky, wrt = KERNELS["cholesky"]
+    g = DerivedKernel(ad.grad_kernel(cholesky.ir, wrt, exact_tapes=False), "grad", cholesky, wrt)
+    g.memory = "8GB"
+    A = np.eye(1500)
+    with pytest.raises(pa.MemoryBudgetError, match=r"8 \* N \* \(N - 1\) \* \(N - 2\) bytes "
+                                                   r"= 25\.1 GiB"):
+        g(A, A)
+
+
+def test_bad_budget_is_rejected_at_once():
+    cholesky, wrt = KERNELS["cholesky"]
+    for bad in ("lots", "-1GB", 0, True):
+        with pytest.raises(pa.MemoryBudgetError):
+            pa.grad(cholesky, wrt, memory=bad)
+
+
+def test_explain_lists_tapes_with_formulas():
+    cholesky, wrt = KERNELS["cholesky"]
+    text = pa.explain(pa.grad(cholesky, wrt, memory="3GB"))
+    tapes_section = text.split("\ntapes (")[1].split("\n\n")[0]
+    assert "f64[N, N - 1] = 8 * N * (N - 1) bytes: A_work[i, j] read by: A[i, j] /= A[j, j]" \
+        in tapes_section
+    assert "f64[N] = 8 * N bytes: A_work[i, i] read by: A[i, i] = pa.sqrt(A[i, i])" \
+        in tapes_section
+    assert "total: 8 * N + 8 * N * (N - 1) bytes" in tapes_section
+    assert "(memory='3GB')" in tapes_section
+    assert "-=" not in tapes_section          # the updates read final values: no tape
+
+
+def test_budget_guards_device_temporaries_too():
+    rnn, wrt = KERNELS["rnn"]
+    args = make_args("rnn", 8, np.random.default_rng(2), steps=30)
+    g = pa.grad(rnn, wrt, memory="1KiB")
+    sim = pa.compile(g, target="cuda-sim")
+    with pytest.raises(pa.MemoryBudgetError, match="tape_"):
+        sim(**copied(args))

@@ -190,7 +190,7 @@ def test_derived_kernel_report_has_tapes_and_gathers():
     assert tape == {"name": tape["name"], "type": "f64[N]", "zero_filled": False, "role": "tape",
                     "tape": True, "elements": "N", "bytes": "8 * N"}
     (taped,) = [t for t in g.ir.temps if t.name == tape["name"]]
-    assert taped.holds == "p read by: p = p * x[i]"
+    assert taped.holds == "p read by: p = p * x[i] (line 34)"
     assert "tape, uninitialised: N elements = 8 * N bytes" in explain(g)
     dg = report(pa.Kernel(ir_kernel=grad_kernel(tv_cost.ir, "g")))
     decisions = {n: why for st in dg["statements"] for n, why in st["scatter_to_gather"].items()}

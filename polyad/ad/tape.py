@@ -370,7 +370,7 @@ class Resolver:
         key = ("load", ld, leaf.index)
         if key not in self.tapes:
             st = leaf.stmt
-            holds = f"{ir.expr_str(ld)} read by: {st.source}"
+            holds = f"{ir.expr_str(ld)} read by: {st.source} (line {st.line})"
             drop = self.droppable(ld, leaf)
             ref = self._new_tape(leaf.path, ld.dtype, f"{st.name}_{ld.array}", holds, drop)
             for r in self.records:
@@ -413,7 +413,7 @@ class Resolver:
                 continue
             self.tapes[key] = tref
             return tref
-        holds = f"{ref.name} read by: {st.source}"
+        holds = f"{ref.name} read by: {st.source} (line {st.line})"
         tref = self._new_tape(xpath, ref.dtype, f"{st.name}_{ref.name}", holds)
         self.tape_before.setdefault(xpath, []).append(
             Item(tref, "=", ref, conds, None, st.line, f"tape: {holds}"))

@@ -23,6 +23,7 @@ import numpy as np
 
 from .. import ir
 from ..errors import DeviceError, DTypeError, ShapeError
+from . import budget
 from .loader import KernelFunction, c_prototype
 from .toolchain import compile_cuda, compile_cuda_sim
 
@@ -280,6 +281,11 @@ class CudaKernel(KernelFunction):
     def _launch(self, arrays, scalars, sizes, ints, outs):
         k, rt, ffi = self.kernel, self.runtime, self._ffi
         owned: list[int] = []  # device buffers this call allocated
+        temp_bytes = [int(np.prod([max(0, ir.eval_integer(e, {**sizes, **ints}))
+                                   for e in t.type.shape], dtype=np.int64))
+                      * np.dtype(t.type.dtype.np).itemsize for t in k.temps]
+        if k.temps:   # device memory is scarcer still: the same budget, before any alloc
+            budget.check(k, temp_bytes, {**sizes, **ints}, self.memory_budget)
         try:
             pointers = {}
             for name, a in arrays.items():
@@ -290,9 +296,7 @@ class CudaKernel(KernelFunction):
                     owned.append(pointers[name])
                     rt.to_device(pointers[name], a)
             temps = []
-            for t in k.temps:
-                shape = tuple(max(0, ir.eval_integer(e, {**sizes, **ints})) for e in t.type.shape)
-                nbytes = int(np.prod(shape, dtype=np.int64)) * np.dtype(t.type.dtype.np).itemsize
+            for t, nbytes in zip(k.temps, temp_bytes):
                 ptr = rt.alloc(nbytes)
                 owned.append(ptr)
                 if t.zero:

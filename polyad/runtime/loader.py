@@ -29,7 +29,7 @@ import numpy as np
 from .. import callconv, ir
 from ..errors import ArgumentError, DTypeError, ShapeError
 from ..ir import SizeVar
-from . import threads
+from . import budget, threads
 from .arrays import as_array_argument
 from .toolchain import load_library
 
@@ -239,6 +239,9 @@ class KernelFunction:
         # so concurrent calls never share one): a fresh large array costs a page
         # fault per page on every call, more than the kernel itself for big images.
         self._buffers = threading.local()
+        # Bytes the temporaries may take (``memory=`` of pa.grad & co.; None: the default
+        # budget, see ``polyad.runtime.budget``). Checked whenever a call allocates them.
+        self.memory_budget = None
         self.__name__ = kernel.name
         self.__signature__ = callconv.signature(kernel)
         self.__doc__ = callconv.docstring(kernel)
@@ -464,9 +467,12 @@ class KernelFunction:
         buffers = getattr(self._buffers, "temps", None)
         if buffers is None:
             buffers = self._buffers.temps = [None] * len(self._temps)
+        shapes = [shape_of(v) for _, _, shape_of, _ in self._temps]
+        if any(c is None or c[0].shape != s for c, s in zip(buffers, shapes)):
+            self._check_budget(shapes, v)
         pointers = []
         for j, (dtype, zero, shape_of, buffer_type) in enumerate(self._temps):
-            shape = shape_of(v)
+            shape = shapes[j]
             cached = buffers[j]
             if cached is None or cached[0].shape != shape:
                 array = np.empty(shape, dtype)
@@ -475,6 +481,13 @@ class KernelFunction:
                 cached[0].fill(0)
             pointers.append(cached[1])
         return pointers
+
+    def _check_budget(self, shapes: list, v: list) -> None:
+        """Raise ``MemoryBudgetError`` before allocating temporaries over the budget."""
+        nbytes = [int(np.prod(s, dtype=np.float64)) * np.dtype(t[0]).itemsize
+                  for s, t in zip(shapes, self._temps)]
+        sizes = {name: v[slot] for name, slot in self._slot.items()}
+        budget.check(self.kernel, nbytes, sizes, self.memory_budget)
 
     def _result_cell(self):
         """This thread's one-element array receiving the returned scalar, and its pointer."""
