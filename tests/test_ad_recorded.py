@@ -3,7 +3,8 @@ overwritten before the reverse sweep reads them.
 
 * the recorded sets of in-place kernels (cholesky records O(N^2) values, the
   increments of a factorization record nothing, a recurrent cell tapes its
-  state per step, not per step and row, floyd-warshall's reads are all
+  state per step, not per step and row, the five reads of a stencil step
+  share one slice of the array per step, floyd-warshall's reads are all
   overwritten);
 * gradients equal to central finite differences (float64) and to the
   untrimmed derivation (``exact_tapes=False``: the structural checks alone) at
@@ -141,6 +142,16 @@ def test_recurrent_cell_tapes_state_per_step():
     assert "f64[T, N, N]" in [repr(t.type) for t in tapes(rnn, wrt, exact=False)]
 
 
+def test_stencil_reads_of_one_step_share_one_slice_per_step():
+    diffusion, wrt = KERNELS["diffusion"]
+    (tape,) = tapes(diffusion, wrt)
+    assert repr(tape.type) == "f64[steps, N, N]"
+    assert tape.holds.startswith("A_work per element and iteration of t; A_work[i - 1, j], "
+                                 "A_work[i + 1, j], A_work[i, j - 1], A_work[i, j + 1], "
+                                 "A_work[i, j] read by: U[i, j] = ")
+    assert len(tapes(diffusion, wrt, exact=False)) == 5
+
+
 def test_floyd_warshall_records_every_comparison():
     fw, wrt = KERNELS["floyd-warshall"]
     recs = [r for r in recorded_reads(fw.ir, wrt) if "pa.min" in r["statement"]]
@@ -254,7 +265,7 @@ def test_over_budget_call_names_tapes_formulas_and_options():
     msg = str(err.value)
     assert isinstance(err.value, pa.PolyadError) and isinstance(err.value, MemoryError)
     assert "N=120" in msg and "memory='200KB'" in msg and "POLYAD_MEMORY_BUDGET" in msg
-    assert "f64[N, N - 1] = 8 * N * (N - 1) bytes" in msg
+    assert "f64[N, N] = 8 * N * N bytes" in msg
     assert "read by: A[i, j] /= A[j, j] (line " in msg
     # within budget the same gradient runs and matches the unbudgeted one
     ok = pa.grad(cholesky, wrt, memory="2MB")(**copied(args))
@@ -292,11 +303,11 @@ def test_explain_lists_tapes_with_formulas():
     cholesky, wrt = KERNELS["cholesky"]
     text = pa.explain(pa.grad(cholesky, wrt, memory="3GB"))
     tapes_section = text.split("\ntapes (")[1].split("\n\n")[0]
-    assert "f64[N, N - 1] = 8 * N * (N - 1) bytes: A_work[i, j] read by: A[i, j] /= A[j, j]" \
-        in tapes_section
+    assert "f64[N, N] = 8 * N * N bytes: A_work per element; A_work[i, j] read by: " \
+        "A[i, j] /= A[j, j]" in tapes_section
     assert "f64[N] = 8 * N bytes: A_work[i, i] read by: A[i, i] = pa.sqrt(A[i, i])" \
         in tapes_section
-    assert "total: 8 * N + 8 * N * (N - 1) bytes" in tapes_section
+    assert "total: 8 * N + 8 * N * N bytes" in tapes_section
     assert "(memory='3GB')" in tapes_section
     assert "-=" not in tapes_section          # the updates read final values: no tape
 

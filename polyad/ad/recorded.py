@@ -137,6 +137,37 @@ class RecordedSets:
                 dropped.append(d)
         return sorted(dropped)
 
+    def shared_valid(self, members: list[tuple[Leaf, Load]], q: int) -> bool:
+        """Can the reads ``members`` (of one array, by leaves sharing their ``q`` outer loops)
+        share one tape indexed by those loops and the element read? Yes when any two of
+        their instances with the same outer iteration and element read the same value: no
+        write of the element runs between them."""
+        keys = [self._key(lf, ld, q) for lf, ld in members]
+        scheds = [self._sched_of([lf]) for lf, _ in members]
+        for a, (lf_a, ld_a) in enumerate(members):
+            ws = self.writers.get(ld_a.array, [])
+            writes_before = self._sched_of(ws)
+            for b, (lf_b, _) in enumerate(members):
+                pairs = keys[a].apply_range(keys[b].reverse()).intersect(
+                    scheds[a].lex_lt_union_map(scheds[b]))
+                if pairs.is_empty():
+                    continue
+                between = self.later_writes(lf_a, ld_a).apply_range(
+                    writes_before.lex_lt_union_map(scheds[b]))
+                if not between.intersect(pairs).is_empty():
+                    return False
+        return True
+
+    def _key(self, lf: Leaf, ld: Load, q: int) -> isl.UnionMap:
+        """``{ S[i] -> [i_0, ..., i_(q-1), element read] }``."""
+        st = self.stmt[lf.index]
+        vs = [isl_name(v) for v in st.loop_vars]
+        outer = isl.Map.read_from_str(
+            self.model.ctx, f"{self.model.param_prefix}{{ {st.name}[{', '.join(vs)}] -> "
+                            f"[{', '.join(vs[:q])}] }}").intersect_domain(self.domain(lf))
+        access = self.access(lf, ld).reset_tuple_id(isl.dim_type.out)
+        return outer.range_product(access).flatten_range().to_union_map()
+
     def _agree_on(self, lf: Leaf, dims: list[int]) -> isl.UnionMap:
         st = self.stmt[lf.index]
         vs = [isl_name(v) for v in st.loop_vars]

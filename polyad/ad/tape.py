@@ -37,6 +37,7 @@ change. ``records`` keeps every decision for ``pa.explain`` and the tests.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
 import numpy as np
@@ -125,6 +126,7 @@ class Resolver:
         self.exact = exact                        # the ISL analysis, None: structural only
         self.records: list[dict] = []             # one per array read the adjoint needs
         self._final: dict = {}
+        self.shared: dict = {}                    # (array, loop path, depth) -> tape, reads
 
     # ------------------------------------------------------------------
     # substitution
@@ -372,7 +374,9 @@ class Resolver:
             st = leaf.stmt
             holds = f"{ir.expr_str(ld)} read by: {st.source} (line {st.line})"
             drop = self.droppable(ld, leaf)
-            ref = self._new_tape(leaf.path, ld.dtype, f"{st.name}_{ld.array}", holds, drop)
+            ref = self.shared_tape(ld, leaf, len(st.loops) - len(drop))
+            if ref is None:
+                ref = self._new_tape(leaf.path, ld.dtype, f"{st.name}_{ld.array}", holds, drop)
             for r in self.records:
                 if r["leaf"] == leaf.index and r["read"] == ir.expr_str(ld):
                     r["tape"] = ref.array if isinstance(ref, Load) else ref.name
@@ -380,6 +384,46 @@ class Resolver:
                 Item(ref, "=", ld, st.conditions, None, st.line, f"tape: {holds}"))
             self.tapes[key] = ref
         return self.tapes[key]
+
+    def shared_tape(self, ld: Load, leaf: Leaf, kept: int) -> Optional[Load]:
+        """A tape indexed by the ``q`` outermost loops around ``leaf`` and the element read,
+        shared by every read of the array under those loops that reads the same value for
+        the same index (``A[i - 1, j]``, ``A[i + 1, j]``, ``A[i, j]`` of one time step: one
+        slice of the array per step instead of one tape per read). Only where it has no
+        more dimensions than the tape of ``ld`` alone (``kept``); None where no ``q`` fits."""
+        at = self.array_types[ld.array]
+        if self.exact is None or at.mode is not None:
+            return None
+        for q in range(0, kept - len(ld.index) + 1):
+            key = (ld.array, leaf.path[:q], q)
+            name, members = self.shared.get(key, (None, []))
+            try:
+                ok = self.exact.shared_valid(members + [(leaf, ld)], q)
+            except analysable_error_types():
+                return None
+            if not ok:
+                continue
+            box = self._bbox(leaf.path)[:q]
+            members = members + [(leaf, ld)]
+            outer = [lp.var for lp in leaf.stmt.loops[:q]]
+            by_stmt: dict = {}
+            for lf, r in members:
+                by_stmt.setdefault((lf.stmt.source, lf.stmt.line), []).append(ir.expr_str(r))
+            holds = f"{ld.array} per element" + (
+                f" and iteration of {', '.join(outer)}" if outer else "") + "; " + "; ".join(
+                f"{', '.join(reads)} read by: {src} (line {line})"
+                for (src, line), reads in by_stmt.items())
+            if name is None:
+                name = self.names.fresh(f"{TAPE_PREFIX}{ld.array}")
+                self.tape_arrays.append(ir.Temp(name, ir.ArrayType(
+                    ld.dtype, tuple(ext for _, ext in box) + tuple(at.shape)), False, "tape",
+                    holds))
+            else:
+                k = next(j for j, t in enumerate(self.tape_arrays) if t.name == name)
+                self.tape_arrays[k] = dataclasses.replace(self.tape_arrays[k], holds=holds)
+            self.shared[key] = (name, members)
+            return Load(name, tuple(ix for ix, _ in box) + tuple(ld.index), ld.dtype)
+        return None
 
     def droppable(self, ld: Load, leaf: Leaf) -> list[int]:
         """Loop dimensions (positions) a tape of ``ld`` read by ``leaf`` need not index."""

@@ -1,0 +1,195 @@
+#!/usr/bin/env python
+"""Memory of gradients through in-place loop programs (issue 19).
+
+    python benchmarks/memory.py                  # the table of benchmarks/README.md
+    python benchmarks/memory.py --quick          # smaller sizes, 1 repeat
+    python benchmarks/memory.py --only cholesky rnn --repeats 5
+
+For cholesky, lu, floyd-warshall, seidel-2d, an explicit nonlinear diffusion
+and a recurrent cell (``tests/tape_kernels.py``), ``pa.grad`` of a scalar cost
+with respect to the in-place matrix (the recurrent cell: its inputs, weights
+and state), each row measured in a child process:
+
+* ``tape formula``: the tapes of the derived kernel (``pa.explain`` lists the
+  same), and their bytes at this size, with the exact to-be-recorded analysis
+  and without it (``exact_tapes=False``, the structural checks polyad used
+  before; predicted from the formula, measured only where it fits);
+* ``extra RSS``: the gradient call's peak resident memory over the forward
+  call's (``VmHWM`` of the child, reset through ``/proc/self/clear_refs``
+  before each; the inputs, the compiled code and polyad itself are resident
+  before both);
+* ``grad/fwd``: median gradient time over median forward time, same child.
+
+Rows whose tapes exceed the memory budget (``--memory``, default 2GB here)
+show the ``MemoryBudgetError`` polyad raises before allocating. One OpenMP
+thread (``OMP_NUM_THREADS=1``): the machine these numbers come from has two
+cores shared with other jobs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(ROOT / "tests"))
+if "polyad" not in sys.modules:
+    import importlib.util
+    if importlib.util.find_spec("polyad") is None:  # a plain checkout, not pip-installed
+        sys.path.insert(0, str(ROOT))
+
+#: name -> (size, steps) of the full run and of --quick
+SIZES = {
+    "cholesky": [(400, 0), (1500, 0)],
+    "lu": [(400, 0), (1000, 0)],
+    "floyd-warshall": [(200, 0), (800, 0)],
+    "seidel-2d": [(1000, 100)],
+    "diffusion": [(200, 100), (1000, 500)],
+    "rnn": [(256, 1000)],
+}
+QUICK = {
+    "cholesky": [(200, 0)], "lu": [(200, 0)], "floyd-warshall": [(100, 0)],
+    "seidel-2d": [(200, 20)], "diffusion": [(100, 20)], "rnn": [(64, 100)],
+}
+
+
+def hwm_kib() -> int:
+    """Peak resident set of this process since the last reset, KiB."""
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1])
+    raise RuntimeError("no VmHWM in /proc/self/status")
+
+
+def reset_hwm() -> None:
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def child(name: str, n: int, steps: int, exact: bool, repeats: int, memory: str) -> dict:
+    """One measurement (runs in a fresh process): see the module docstring."""
+    import numpy as np
+
+    import polyad as pa
+    from polyad import ad
+    from polyad.derivatives import DerivedKernel
+    from tape_kernels import KERNELS, make_args
+
+    kernel, wrt = KERNELS[name]
+    if exact:
+        g = pa.grad(kernel, wrt, memory=memory)
+    else:
+        g = DerivedKernel(ad.grad_kernel(kernel.ir, wrt, exact_tapes=False), "grad", kernel, wrt)
+        g.memory = memory
+    args = make_args(name, n, np.random.default_rng(0), steps=max(steps, 1))
+
+    def fresh():
+        return {k: np.copy(v) if isinstance(v, np.ndarray) else v for k, v in args.items()}
+
+    fwd_fn, grad_fn = pa.compile(kernel), g.compile()
+    fwd_args, grad_args = fresh(), fresh()
+    reset_hwm()
+    base = hwm_kib()
+    fwd_fn(**fwd_args)
+    fwd_peak = hwm_kib()
+    reset_hwm()
+    try:
+        grad_fn(**grad_args)
+    except pa.MemoryBudgetError as exc:
+        return {"error": str(exc).split("\n")[0]}
+    grad_peak = hwm_kib()
+
+    def median(fn):
+        samples = []
+        for _ in range(repeats):
+            a = fresh()
+            t = time.perf_counter()
+            fn(**a)
+            samples.append(time.perf_counter() - t)
+        return statistics.median(samples)
+
+    t_fwd, t_grad = median(fwd_fn), median(grad_fn)
+    return {"base_kib": base, "fwd_peak_kib": fwd_peak, "grad_peak_kib": grad_peak,
+            "t_fwd": t_fwd, "t_grad": t_grad}
+
+
+def tape_info(name: str, n: int, steps: int, exact: bool) -> tuple[str, int]:
+    """(tape formula, tape bytes at this size) of the derived kernel."""
+    from polyad import ad
+    from polyad.runtime.budget import size_formula
+    from tape_kernels import KERNELS
+
+    kernel, wrt = KERNELS[name]
+    gk = ad.grad_kernel(kernel.ir, wrt, exact_tapes=exact)
+    sizes = {"N": n, "T": steps, "steps": steps}
+    tapes = ad.tape_arrays(gk)
+    formula = " + ".join(size_formula(t) for t in tapes) or "0"
+    return formula, ad.tape_bytes(gk, sizes)
+
+
+def run_child(name, n, steps, exact, repeats, memory) -> dict:
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
+    cmd = [sys.executable, __file__, "--child", name, str(n), str(steps), str(int(exact)),
+           str(repeats), memory]
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        return {"error": f"child failed: {proc.stderr.strip().splitlines()[-1:]}"}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def mib(n_bytes: float) -> str:
+    return f"{n_bytes / 2 ** 20:,.1f} MiB" if n_bytes < 2 ** 30 else f"{n_bytes / 2 ** 30:.1f} GiB"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", nargs="*")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--memory", default="2GB", help="the gradient's memory budget")
+    ap.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.child:
+        name, n, steps, exact, repeats, memory = a.child
+        print(json.dumps(child(name, int(n), int(steps), bool(int(exact)), int(repeats), memory)))
+        return 0
+    table = QUICK if a.quick else SIZES
+    repeats = 1 if a.quick else a.repeats
+    print(f"pa.grad memory and time, one OpenMP thread, median of {repeats}, "
+          f"budget {a.memory}")
+    head = ("kernel", "size", "tapes now (formula)", "tapes now", "tapes before",
+            "extra RSS now", "extra RSS before", "grad/fwd now", "grad/fwd before", "fwd s")
+    print(" | ".join(head))
+    for name, cases in table.items():
+        if a.only and name not in a.only:
+            continue
+        for n, steps in cases:
+            size = f"N={n}" + (f", T={steps}" if steps else "")
+            formula, now_bytes = tape_info(name, n, steps, True)
+            _, before_bytes = tape_info(name, n, steps, False)
+            cells = {}
+            for exact in (True, False):
+                r = run_child(name, n, steps, exact, repeats, a.memory)
+                if "error" in r:
+                    cells[exact] = ("over budget" if "budget" in r["error"] else r["error"], "—",
+                                    None)
+                    continue
+                extra = max(0, r["grad_peak_kib"] - r["fwd_peak_kib"]) * 1024
+                cells[exact] = (mib(extra), f"{r['t_grad'] / r['t_fwd']:.1f}", r["t_fwd"])
+            t_fwd = cells[True][2] if cells[True][2] is not None else cells[False][2]
+            print(" | ".join([name, size, formula, mib(now_bytes), mib(before_bytes),
+                              cells[True][0], cells[False][0], cells[True][1], cells[False][1],
+                              "—" if t_fwd is None else f"{t_fwd:.3f}"]), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
