@@ -129,8 +129,10 @@ def tape_info(name: str, n: int, steps: int, exact: bool) -> tuple[str, int]:
     kernel, wrt = KERNELS[name]
     gk = ad.grad_kernel(kernel.ir, wrt, exact_tapes=exact)
     sizes = {"N": n, "T": steps, "steps": steps}
-    tapes = ad.tape_arrays(gk)
-    formula = " + ".join(size_formula(t) for t in tapes) or "0"
+    counts: dict = {}
+    for t in ad.tape_arrays(gk):
+        counts[size_formula(t)] = counts.get(size_formula(t), 0) + 1
+    formula = " + ".join(f if c == 1 else f"{c} x {f}" for f, c in counts.items()) or "0"
     return formula, ad.tape_bytes(gk, sizes)
 
 

@@ -5,7 +5,7 @@ overwritten before the reverse sweep reads them.
   increments of a factorization record nothing, a recurrent cell tapes its
   state per step, not per step and row, the five reads of a stencil step
   share one slice of the array per step, floyd-warshall's reads are all
-  overwritten);
+  overwritten and its tape holds the branch each ``min`` took);
 * gradients equal to central finite differences (float64) and to the
   untrimmed derivation (``exact_tapes=False``: the structural checks alone) at
   sizes 1-6, and on the whole AD corpus;
@@ -158,6 +158,11 @@ def test_floyd_warshall_records_every_comparison():
     assert len(recs) == 3
     for r in recs:
         assert not r["final"] and points(r["recorded"], 5) == 125
+    # the adjoint of min needs the branch taken, not the three values compared
+    (tape,) = tapes(fw, wrt)
+    assert repr(tape.type) == "i32[N, N, N]" and tape.holds.startswith("which branch (")
+    assert {r["tape"] for r in recs} == {tape.name}
+    assert len(tapes(fw, wrt, exact=False)) == 3
 
 
 # ---------------------------------------------------------------------------
