@@ -46,7 +46,9 @@ entry, and in ``vjp`` ``x_bar`` is the cotangent of its value on exit.
 (the kernel is the same; the user API returns a dict).
 
 Primal values the adjoint needs are read directly, recomputed, or taped
-(``polyad.ad.tape``); ``tape_bytes(k, sizes)`` reports the tape memory of a
+(``polyad.ad.tape``); only array values a later write overwrites are taped
+(``polyad.ad.recorded``, ISL; ``reverse.recorded_reads(k, wrt)`` lists every
+decision, ``exact_tapes=False`` turns the analysis off); ``tape_bytes(k, sizes)`` reports the tape memory of a
 derived kernel and ``tape_report(k, sizes)`` lists its tapes (for ``pa.explain``). Derivatives of device functions are new device functions
 ``<f>_d_<param>`` (``polyad.ad.funcs``); intrinsic rules are in
 ``polyad.ad.rules``. Naming: derived kernels are called

@@ -30,9 +30,20 @@ value an adjoint needs, ``Resolver`` picks one of (DESIGN §4):
 The checks above are structural on the loop tree (conservative: when in
 doubt, tape). An array read they would tape is then asked of the exact
 to-be-recorded analysis (``polyad.ad.recorded``, ISL): when no write after the
-read touches the element it read, the adjoint reads the final array after all;
-otherwise the tape drops the loop dimensions along which the value read cannot
-change. ``records`` keeps every decision for ``pa.explain`` and the tests.
+read touches the element it read, the adjoint reads the final array after all.
+Otherwise, in order of preference:
+
+* the condition of ``a if c else b`` (``min``, ``max``, ``abs``...) whose
+  compared values are overwritten is taped as an i32 flag: the adjoint needs
+  the branch taken, not the values;
+* reads of one array under the same outer loops that see the same value for
+  the same element share one tape indexed by those loops and the element
+  (a stencil step: one slice per step, not one tape per read), where that has
+  no more dimensions than a tape of the read alone;
+* a tape of the read alone, indexed by the loops around it except those
+  along which the value read cannot change.
+
+``records`` keeps every decision for ``recorded_reads`` and the tests.
 """
 
 from __future__ import annotations
