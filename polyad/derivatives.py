@@ -240,15 +240,15 @@ def vjp(k, wrt, memory=None) -> DerivedKernel:
 
 
 @user_facing
-def hvp(k, wrt) -> DerivedKernel:
+def hvp(k, wrt, memory=None) -> DerivedKernel:
     """Hessian-vector product of the scalar a kernel returns: call with ``k``'s inputs, then
     one vector per ``wrt`` parameter (shaped like it); returns ``H v`` shaped like ``wrt``
     (one array or float, a tuple, or a dict). Forward mode over the reverse-mode gradient
-    kernel::
+    kernel (and its tapes: ``memory`` is their budget, as for ``grad``)::
 
         hv = pa.hvp(cost, wrt="g")(g, b, 0.1, v)
     """
-    return _derived(k, wrt, "hvp", ad.hvp_kernel)
+    return _derived(k, wrt, "hvp", ad.hvp_kernel, memory=memory)
 
 
 #: the largest number of entries of ``wrt`` ``pa.hessian`` builds a dense Hessian for

@@ -189,6 +189,33 @@ def test_trimmed_gradient_vs_fd_and_untrimmed(name):
                              what=f"{name} n={n}: d/d{w} vs finite differences")
 
 
+@pytest.mark.parametrize("name", ["cholesky", "floyd-warshall", "rnn"])
+def test_hessian_vector_products_over_trimmed_tapes(name):
+    kernel, wrt = KERNELS[name]
+    wrt = [wrt] if isinstance(wrt, str) else list(wrt)
+    rng = np.random.default_rng(7)
+    args = make_args(name, 4, rng, steps=3)
+    v = {w: rng.standard_normal(np.shape(args[w])) for w in wrt}
+    hv = run(pa.hvp(kernel, wrt), **copied(args), **{f"{w}_dot": v[w] for w in wrt})
+    hv = hv if isinstance(hv, tuple) else (hv,)
+    grad = pa.grad(kernel, wrt)
+    eps = 1e-5
+
+    def g_at(sign):
+        shifted = {**copied(args), **{w: args[w] + sign * eps * v[w] for w in wrt}}
+        g = run(grad, **shifted)
+        return g if isinstance(g, tuple) else (g,)
+    fd = [(p - m) / (2 * eps) for p, m in zip(g_at(1), g_at(-1))]
+    for w, a, b in zip(wrt, hv, fd):
+        assert_close(a, b, 1e-5, 1e-6, what=f"{name}: H v for {w}")
+    # the hvp kernel keeps the gradient's trimmed tapes and adds their tangents
+    grad_tapes = ad.tape_arrays(ad.grad_kernel(kernel.ir, wrt))
+    hvp_tapes = ad.tape_arrays(pa.hvp(kernel, wrt).ir)
+    tangents = [t for t in grad_tapes if t.type.dtype.is_float]   # branch flags have none
+    assert sorted(repr(t.type) for t in hvp_tapes) == sorted(
+        repr(t.type) for t in grad_tapes + tangents)
+
+
 def test_corpus_trimmed_equals_untrimmed():
     smaller = 0
     for name, c in sorted(CASES.items()):

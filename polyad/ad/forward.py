@@ -96,7 +96,8 @@ class _Forward:
         for r in self.param_name.values():
             if r in internal:
                 mapping[r] = self.names.fresh(r)
-        self.temps: list[ir.Temp] = [ir.Temp(mapping.get(t.name, t.name), t.type, t.zero)
+        self.temps: list[ir.Temp] = [ir.Temp(mapping.get(t.name, t.name), t.type, t.zero,
+                                             "tape" if t.role == "tape" else "user", t.holds)
                                      for t in k.temps]
         self.locals = {mapping.get(n, n): dt for n, dt in k.locals}
         copies = []
@@ -153,8 +154,11 @@ class _Forward:
             tan[name] = tname
             if name in self.arrays:
                 t = next((t for t in self.temps if t.name == name), None)
+                taped = t is not None and t.role == "tape"
                 self.tan_temps.append(ir.Temp(tname, self.arrays[name],
-                                              True if t is None else t.zero))
+                                              True if t is None else t.zero,
+                                              "tape" if taped else "user",
+                                              f"the tangent of {name}" if taped else ""))
             else:
                 self.tan_locals[tname] = self.locals[name]
         return tan
