@@ -9,8 +9,12 @@ overwritten before the reverse sweep reads them.
 * gradients equal to central finite differences (float64) and to the
   untrimmed derivation (``exact_tapes=False``: the structural checks alone) at
   sizes 1-6, and on the whole AD corpus;
-* two trimmed gradients built with AddressSanitizer (tapes indexed by fewer
-  dimensions stay in bounds).
+* Hessian-vector products over the trimmed tapes against differences of
+  gradients;
+* four trimmed gradients built with AddressSanitizer (tapes indexed by fewer
+  dimensions, shared slices and branch flags stay in bounds);
+* the memory budget: ``pa.explain`` lists each tape with its formula, a call
+  over budget raises ``MemoryBudgetError`` naming tapes, statements, options.
 """
 
 from __future__ import annotations
@@ -247,7 +251,7 @@ ASAN_SCRIPT = textwrap.dedent('''
     from tape_kernels import KERNELS, make_args
 
     rng = np.random.default_rng(5)
-    for name in ("cholesky", "rnn"):
+    for name in ("cholesky", "rnn", "floyd-warshall", "diffusion"):
         kernel, wrt = KERNELS[name]
         g = pa.grad(kernel, wrt)
         c = pa.compile(g, sanitize="address")
