@@ -91,10 +91,8 @@ class RecordedSets:
             writes = writes.union(self.access(w, w.stmt.target).to_union_map())
         pairs = read.apply_range(writes.reverse())
         order = self._sched_of([lf]).lex_lt_union_map(self._sched_of(ws))
-        if any(w is lf for w in ws):
-            order = order.union(isl.UnionMap.from_domain_and_range(
-                self.domain(lf).to_union_set(), self.domain(lf).to_union_set())
-                .intersect(self._identity(lf)))
+        if any(w is lf for w in ws):   # S(i) writes after it reads
+            order = order.union(self._identity(lf))
         out = pairs.intersect(order).coalesce()
         self._later[key] = out
         return out
