@@ -199,6 +199,57 @@ class PolyModel:
                 must = must.union(w.to_union_map())
         return reads, must, may
 
+    def schedule_tree(self, names: Optional[dict[str, str]] = None) -> isl.Schedule:
+        """The original program order as a schedule tree: a sequence node where statements
+        sit side by side, a one-member band per loop.
+
+        ``names``: statement name -> the name its instances take (several pieces of one
+        statement may share one: their domains are united). The same order as
+        ``schedule_map``; isl's dependence analysis on a tree compares statements in
+        different children of a sequence without any polyhedral work.
+        """
+        entries = []
+        for st in self.kernel.statements:
+            dom = self.domain(st)
+            if names is not None:
+                dom = dom.set_tuple_name(names[st.name])
+            entries.append((st, dom))
+        if not entries:
+            return isl.Schedule.from_domain(isl.UnionSet.empty(self.context.get_space()))
+        return self._order_tree(entries, 0)
+
+    def _order_tree(self, entries: list, depth: int) -> isl.Schedule:
+        """The program order of ``entries`` ((statement, domain) pairs sharing their loops
+        and positions above loop level ``depth``) from that level down."""
+        groups: dict[int, list] = {}
+        for st, dom in entries:
+            groups.setdefault(st.position[depth], []).append((st, dom))
+        out = None
+        for _, group in sorted(groups.items()):
+            domain = isl.UnionSet.empty(self.context.get_space())
+            for _, dom in group:
+                domain = domain.union(dom.to_union_set())
+            looped = [st for st, _ in group if len(st.loops) > depth]
+            if not looped:  # one statement (or the pieces of one) at this position
+                part = isl.Schedule.from_domain(domain)
+            elif len(looped) < len(group):
+                raise ValueError(f"position {group[0][0].position[:depth + 1]} holds both a "
+                                 f"loop and a statement")
+            else:
+                member = isl.UnionMap.empty(self.context.get_space())
+                for st, dom in group:
+                    lp = st.loops[depth]
+                    var = isl_name(lp.var) if lp.step > 0 else f"-{isl_name(lp.var)}"
+                    loop_vars = ", ".join(isl_name(v) for v in st.loop_vars)
+                    m = isl.Map.read_from_str(
+                        self.ctx, f"{self.param_prefix}{{ {dom.get_tuple_name()}[{loop_vars}] "
+                                  f"-> [{var}] }}")
+                    member = member.union(m.intersect_domain(dom).to_union_map())
+                part = self._order_tree(group, depth + 1).insert_partial_schedule(
+                    isl.MultiUnionPwAff.from_union_map(member))
+            out = part if out is None else out.sequence(part)
+        return out
+
     def schedule_map(self) -> isl.UnionMap:
         """The original program order as the 2d+1 map ``S[i, j] -> [p0, i, p1, j, p2, ...]``."""
         width = 2 * self.max_depth + 1
@@ -481,19 +532,18 @@ def _ordered_pairs(sources: isl.UnionMap, sinks: isl.UnionMap,
     return pairs.intersect(sched.lex_lt_union_map(sched)).coalesce()
 
 
-def dependences(model: PolyModel, schedule_map: Optional[isl.UnionMap] = None,
-                 variables: Optional[set] = None, flow_only: frozenset = frozenset()
-                 ) -> Dependences:
-    """Dependences of the kernel under ``schedule_map`` (default: program order).
+def dependences(model: PolyModel, variables: Optional[set] = None,
+                 flow_only: frozenset = frozenset()) -> Dependences:
+    """Dependences of the kernel in program order.
 
     ``variables`` limits the analysis to those arrays/scalars; for the ones in
     ``flow_only`` only flow dependences are computed (dependence analysis is
     the expensive part of compilation, so passes ask only for what they use).
     """
     reads, must, may = model.accesses()
-    sched = schedule_map if schedule_map is not None else model.schedule_map()
+    tree = model.schedule_tree()
     r_by, must_by, may_by = _by_variable(reads), _by_variable(must), _by_variable(may)
-    if schedule_map is None and model.kernel.locals:
+    if model.kernel.locals:
         # Boundary pieces of one statement share its place in program order
         # and its scalar accesses: for scalars, analyse each statement once
         # over the union of its pieces (which coalesces back to the
@@ -502,8 +552,8 @@ def dependences(model: PolyModel, schedule_map: Optional[isl.UnionMap] = None,
         # clamped stencil otherwise make 27^2 flow problems per scalar.
         # Arrays keep per-piece analysis: their grouped accesses stay
         # piecewise, and compute_flow on those is slower, not faster.
-        to_group = _program_order_groups(model)
-        group_sched = sched.apply_domain(to_group).coalesce()
+        group_names, to_group = _program_order_groups(model)
+        group_tree = model.schedule_tree(group_names)
         grouped = [_by_variable(m.apply_domain(to_group).coalesce())
                    for m in (reads, must, may)]
     else:
@@ -520,7 +570,7 @@ def dependences(model: PolyModel, schedule_map: Optional[isl.UnionMap] = None,
                                     (m.get(var, isl.UnionMap.empty(space))
                                      for m in (r_by, must_by, may_by)))
         var_deps = _variable_dependences(r_var, must_var, may_var,
-                                         group_sched if by_group else sched, var in flow_only)
+                                         group_tree if by_group else tree, var in flow_only)
         for kind, umap in zip((deps.flow, deps.output, deps.anti), var_deps):
             if umap is None:
                 continue
@@ -531,18 +581,21 @@ def dependences(model: PolyModel, schedule_map: Optional[isl.UnionMap] = None,
     return deps
 
 
-def _variable_dependences(var_reads, must_w, writes, sched, flow_only: bool):
-    """(flow, output, anti) dependences of one variable; output and anti are None
-    when ``flow_only``."""
+def _variable_dependences(var_reads, must_w, writes, tree: isl.Schedule, flow_only: bool):
+    """(flow, output, anti) dependences of one variable under the schedule ``tree``;
+    output and anti are None when ``flow_only``."""
 
-    # The schedule restricted to the statements that touch this variable: with the whole
-    # kernel's schedule, isl's compute_flow has been seen to skip a must-source (a boundary
-    # piece of a scalar reduction in a jvp kernel, which was then deleted as dead).
-    var_sched = sched.intersect_domain(writes.domain().union(var_reads.domain()))
+    # The schedule is a tree, restricted to the statements that touch this variable.
+    # (isl's schedule-*map* path of compute_flow, ``set_schedule_map``, drops
+    # must-sources of statements whose domain fixes a schedule dimension to a constant
+    # next to a strided (``mod``) loop: the boundary piece ``k = 1`` of a clamped read
+    # under ``for i in range(0, N, 3)`` lost its dependences and was scheduled after
+    # writes it precedes, fuzz seed 144.)
+    tree = tree.intersect_domain(writes.domain().union(var_reads.domain()))
 
     def flow(sink, must_src, may_src):
         ai = isl.UnionAccessInfo.from_sink(sink).set_must_source(must_src) \
-            .set_may_source(may_src).set_schedule_map(var_sched)
+            .set_may_source(may_src).set_schedule(tree)
         try:
             return ai.compute_flow().get_may_dependence()
         except isl.Error:
@@ -550,7 +603,7 @@ def _variable_dependences(var_reads, must_w, writes, sched, flow_only: bool):
             # expression involves some of the domain dimensions"); every
             # earlier access of the same element is a superset of the exact
             # answer, which is safe for every use of dependences.
-            return _ordered_pairs(must_src.union(may_src), sink, var_sched)
+            return _ordered_pairs(must_src.union(may_src), sink, tree.get_map())
 
     may_w = writes.subtract(must_w)
     flow_deps = flow(var_reads, must_w, may_w).coalesce()
@@ -565,23 +618,25 @@ def _variable_dependences(var_reads, must_w, writes, sched, flow_only: bool):
     return flow_deps, output, anti
 
 
-def _program_order_groups(model: PolyModel) -> isl.UnionMap:
-    """``{ S3_0[i] -> G0[i] : i in dom(S3_0); S3_1[i] -> G0[i] ...; S5[j] -> G1[j] }``.
+def _program_order_groups(model: PolyModel) -> tuple[dict[str, str], isl.UnionMap]:
+    """Statement name -> group name, and ``{ S3_0[i] -> G0[i] : i in dom(S3_0);
+    S3_1[i] -> G0[i] ...; S5[j] -> G1[j] }``.
 
     Statements at the same program-order position with the same loops are the
     boundary pieces of one statement (the order gives no other two statements
     the same position); each group is named ``G<k>``.
     """
     keys: dict[tuple, str] = {}
+    names: dict[str, str] = {}
     out = isl.UnionMap.empty(model.context.get_space())
     for st in model.kernel.statements:
         key = (st.position, tuple((lp.var, lp.step > 0) for lp in st.loops))
-        group = keys.setdefault(key, f"G{len(keys)}")
+        group = names[st.name] = keys.setdefault(key, f"G{len(keys)}")
         dom = model.domain(st)
         rename = isl.Map.identity(dom.get_space().map_from_set()).intersect_domain(dom) \
             .set_tuple_name(isl.dim_type.out, group)
         out = out.union(rename.to_union_map())
-    return out
+    return names, out
 
 
 # --------------------------------------------------------------------------

@@ -12,7 +12,4 @@ KNOWN = {
     132: "compile time: > 90 s",
     134: "compile time: > 90 s",
     156: "compile time: > 90 s",
-    144: "wrong values: a boundary piece of a *= statement (clamped read at k = 1) is "
-         "scheduled after += updates of the same element it must precede "
-         "(tests/test_fuzz_regressions.py, strict xfail)",
 }
