@@ -231,7 +231,7 @@ class PolyModel:
                 domain = domain.union(dom.to_union_set())
             looped = [st for st, _ in group if len(st.loops) > depth]
             if not looped:  # one statement (or the pieces of one) at this position
-                part = isl.Schedule.from_domain(domain)
+                part = isl.Schedule.from_domain(domain.coalesce())
             elif len(looped) < len(group):
                 raise ValueError(f"position {group[0][0].position[:depth + 1]} holds both a "
                                  f"loop and a statement")
@@ -246,7 +246,7 @@ class PolyModel:
                                   f"-> [{var}] }}")
                     member = member.union(m.intersect_domain(dom).to_union_map())
                 part = self._order_tree(group, depth + 1).insert_partial_schedule(
-                    isl.MultiUnionPwAff.from_union_map(member))
+                    isl.MultiUnionPwAff.from_union_map(member.coalesce()))
             out = part if out is None else out.sequence(part)
         return out
 

@@ -177,3 +177,34 @@ def test_compile_survives_without_exact_dependences(monkeypatch):
         z = z0.copy()
         k(x, z)
         np.testing.assert_allclose(z, want, rtol=1e-12, atol=1e-12)
+
+
+def test_loop_bounds_divide_with_floor_semantics(tmp_path):
+    """Fuzz seed 210 (heap corruption in a vjp): ISL writes ``pdiv_r`` (C ``%``) in a loop
+    bound whose dividend is negative only when the loop must not run; C's truncating
+    ``%`` then started ``for (c0 = ((M - 1) % 3) - M + 1; c0 <= 0; c0 += 3)`` at 0 for
+    M = 0 and wrote d_x0[-1]. Loop bounds are printed with floor division and modulo."""
+    import cffi
+    import subprocess
+
+    from polyad.emit.cexpr import AST_HELPERS, ast_expr_c
+    ctx = isl.Context()
+    m = isl.AstExpr.from_id(isl.Id("M", context=ctx))
+    one, three = (isl.AstExpr.from_val(isl.Val.int_from_si(ctx, v)) for v in (1, 3))
+    lower = m.sub(one).pdiv_r(three).sub(m).add(one)       # ((M - 1) % 3) - M + 1
+    quotient = m.sub(one).pdiv_q(three)                    # (M - 1) / 3
+    src = tmp_path / "bounds.c"
+    src.write_text("#include <stdint.h>\n" + AST_HELPERS + "\n"
+                   f"int64_t lower(int64_t M) {{ return {ast_expr_c(lower, {}, True)}; }}\n"
+                   f"int64_t quotient(int64_t M) {{ return {ast_expr_c(quotient, {}, True)}; }}\n")
+    lib = tmp_path / "bounds.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(lib), str(src)], check=True)
+    ffi = cffi.FFI()
+    ffi.cdef("int64_t lower(int64_t M); int64_t quotient(int64_t M);")
+    c = ffi.dlopen(str(lib))
+    for n in range(-4, 8):
+        assert c.lower(n) == (n - 1) % 3 - n + 1      # Python's % and // are floor ones
+        assert c.quotient(n) == (n - 1) // 3
+    assert c.lower(0) > 0    # the loop over c0 <= 0 runs zero times at M = 0
+    # inside a loop (not a bound) ISL's promise holds and plain C division stays
+    assert ast_expr_c(quotient, {}) == "((M - 1) / 3)"

@@ -239,8 +239,8 @@ class _Emitter:
             else:
                 self.statement(item, indent, item.name in atomic)
 
-    def ast_c(self, e, iters) -> str:
-        text = ast_expr_c(e, iters)
+    def ast_c(self, e, iters, loop_bound: bool = False) -> str:
+        text = ast_expr_c(e, iters, loop_bound)
         if "pa_i" in text:
             self.uses_ast_helpers = True
         return text
@@ -250,8 +250,8 @@ class _Emitter:
         it = node.for_get_iterator().get_id().get_name()
         name = lp.iterator
         iters = {**iters, it: name}
-        init = self.ast_c(node.for_get_init(), iters)
-        cond = self.ast_c(node.for_get_cond(), iters)
+        init = self.ast_c(node.for_get_init(), iters, loop_bound=True)
+        cond = self.ast_c(node.for_get_cond(), iters, loop_bound=True)
         inc = self.ast_c(node.for_get_inc(), iters)
         if cond.startswith("(") and cond.endswith(")"):
             cond = cond[1:-1]

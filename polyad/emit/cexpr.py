@@ -235,8 +235,16 @@ def ast_expr_ir(e: isl.AstExpr, names: Mapping[str, str]) -> Expr:
     return LoopVar(f"({ast_expr_c(e, names)})")
 
 
-def ast_expr_c(e: isl.AstExpr, names: Mapping[str, str]) -> str:
-    """An ISL AST expression as C (iterators renamed through ``names``)."""
+def ast_expr_c(e: isl.AstExpr, names: Mapping[str, str], loop_bound: bool = False) -> str:
+    """An ISL AST expression as C (iterators renamed through ``names``).
+
+    ``loop_bound``: the expression is a loop's init or condition. ISL writes
+    ``pdiv_q``/``pdiv_r`` (C ``/`` and ``%``, exact for a non-negative dividend)
+    where the dividend is non-negative whenever the loop runs, so in a bound it
+    can be negative exactly when the loop should run zero times -- and C's
+    truncating ``%`` then makes it run (a loop over ``c0 >= ((M - 1) % 3) - M + 1``
+    ran once at ``M = 0``, fuzz seed 210). Bounds get floor semantics.
+    """
     t = e.get_type()
     if t == isl.ast_expr_type.id:
         n = e.get_id().get_name()
@@ -244,8 +252,10 @@ def ast_expr_c(e: isl.AstExpr, names: Mapping[str, str]) -> str:
     if t == isl.ast_expr_type.int:
         return str(e.get_val().to_python())
     op = e.get_op_type()
-    args = [ast_expr_c(e.get_op_arg(k), names) for k in range(e.get_op_n_arg())]
+    args = [ast_expr_c(e.get_op_arg(k), names, loop_bound) for k in range(e.get_op_n_arg())]
     T = isl.ast_expr_op_type
+    if loop_bound and op in (T.pdiv_q, T.pdiv_r):
+        return f"{'pa_ifloord' if op == T.pdiv_q else 'pa_ifmod'}({args[0]}, {args[1]})"
     binops = {T.add: "+", T.sub: "-", T.mul: "*", T.lt: "<", T.le: "<=", T.gt: ">",
               T.ge: ">=", T.eq: "==", T.and_: "&&", T.or_: "||", T.and_then: "&&",
               T.or_else: "||", T.pdiv_q: "/", T.pdiv_r: "%", T.zdiv_r: "%", T.div: "/"}
@@ -273,7 +283,9 @@ AST_HELPERS = (
     "static inline int64_t pa_imin(int64_t a, int64_t b) { return b < a ? b : a; }\n"
     "static inline int64_t pa_imax(int64_t a, int64_t b) { return b > a ? b : a; }\n"
     "static inline int64_t pa_ifloord(int64_t a, int64_t b) "
-    "{ return (a >= 0) ? a / b : -((-a + b - 1) / b); }"
+    "{ return (a >= 0) ? a / b : -((-a + b - 1) / b); }\n"
+    "static inline int64_t pa_ifmod(int64_t a, int64_t b) "
+    "{ return a - b * pa_ifloord(a, b); }"
 )
 
 

@@ -81,8 +81,8 @@ class _CudaEmitter(_Emitter):
         return any(self._contains_grid(c) for c in _children(node))
 
     def _bounds(self, node, iters):
-        init = self.ast_c(node.for_get_init(), iters)
-        cond = self.ast_c(node.for_get_cond(), iters)
+        init = self.ast_c(node.for_get_init(), iters, loop_bound=True)
+        cond = self.ast_c(node.for_get_cond(), iters, loop_bound=True)
         inc = self.ast_c(node.for_get_inc(), iters)
         if cond.startswith("(") and cond.endswith(")"):
             cond = cond[1:-1]
@@ -272,7 +272,7 @@ class _CudaEmitter(_Emitter):
         lhs = cond.get_op_arg(0)
         if lhs.get_type() != isl.ast_expr_type.id or lhs.get_id().get_name() != it:
             return str(UNKNOWN_EXTENT)
-        ub = self.ast_c(cond.get_op_arg(1), iters)
+        ub = self.ast_c(cond.get_op_arg(1), iters, loop_bound=True)
         text = f"{ub} {init}"
         if any(re.search(rf"\b{re.escape(b)}\b", text) for b in outer_band):
             return str(UNKNOWN_EXTENT)
@@ -349,7 +349,8 @@ class _CudaEmitter(_Emitter):
                 "temporaries are DEVICE pointers, the result pointer a host pointer. "
                 "Errors: pa_last_error(). */",
                 '#include "polyad_cuda.h"', ""]
-        # pa_imin, pa_imax and pa_ifloord (ISL's min/max/floor) are in polyad_cuda.h.
+        # pa_imin, pa_imax, pa_ifloord and pa_ifmod (ISL's min/max/floor/modulo) are in
+        # polyad_cuda.h.
         helpers = list(self.printer.helpers.values())
         if helpers:
             head += helpers + [""]

@@ -311,12 +311,16 @@ extern "C" void pa_clear_error(void)
   pa_error_text[0] = 0;
 }
 
-/* min, max and floor division of ISL's loop bounds (host and device code) */
+/* min, max, floor division and modulo of ISL's loop bounds (host and device code) */
 static __host__ __device__ inline int64_t pa_imin(int64_t a, int64_t b) { return b < a ? b : a; }
 static __host__ __device__ inline int64_t pa_imax(int64_t a, int64_t b) { return b > a ? b : a; }
 static __host__ __device__ inline int64_t pa_ifloord(int64_t a, int64_t b)
 {
   return (a >= 0) ? a / b : -((-a + b - 1) / b);
+}
+static __host__ __device__ inline int64_t pa_ifmod(int64_t a, int64_t b)
+{
+  return a - b * pa_ifloord(a, b);
 }
 
 /* Offsets of block-private arrays in dynamic shared memory stay 16-byte aligned. */
