@@ -72,7 +72,8 @@ def _ascending(lp: Loop) -> Loop:
 
 
 def _independent_iterations(nest: list, c: int, deps, locals_: set) -> bool:
-    """True if the c shared loops carry no flow dependence and no array anti/output one.
+    """True if the c shared loops carry none of ``deps``' flow dependences and no array
+    anti/output one (``ascending_order_free_nests`` passes the scalars' flow only).
 
     (Anti and output dependences on scalars are then only reuse of a private
     temporary, which any iteration order respects.)
@@ -94,6 +95,40 @@ def _independent_iterations(nest: list, c: int, deps, locals_: set) -> bool:
                 if not m.is_subset(same):
                     return False
     return True
+
+
+def _array_conflicts_carried(model: PolyModel, nest: list, c: int, arrays: set) -> bool:
+    """True if two accesses to one element of one of ``arrays``, at least one a write,
+    lie in different iterations of the nest's ``c`` shared loops.
+
+    This memory-based test is exactly "some flow, anti or output dependence of the
+    array is carried by those loops": between two such accesses, the chain of
+    next-write / last-write links (each a dependence) must cross iterations
+    somewhere. It needs no value-based analysis, which on the piecewise scatters of a
+    clamped stencil's adjoint (27 pieces of ``d_u[i + a - 1, ...] += ...``) took
+    minutes: each access is projected onto the shared loops, so one relation per
+    array is checked.
+    """
+    for array in arrays:
+        writes, touches = None, None
+        for st in nest:
+            found = [ld for ld in st.reads() if ld.array == array]
+            wrote = isinstance(st.target, Load) and st.target.array == array
+            if wrote:
+                found.append(st.target)
+            for ld in found:
+                m = model.access_map(st, ld)
+                m = m.project_out(isl.dim_type.in_, c, m.dim(isl.dim_type.in_) - c) \
+                    .reset_tuple_id(isl.dim_type.in_)
+                touches = m if touches is None else touches.union(m)
+                if ld is st.target and wrote:
+                    writes = m if writes is None else writes.union(m)
+        if writes is None:
+            continue
+        pairs = writes.apply_range(touches.reverse())
+        if not pairs.is_subset(isl.Map.identity(pairs.get_space())):
+            return True
+    return False
 
 
 def _variables(nest: list) -> set:
@@ -126,9 +161,13 @@ def ascending_order_free_nests(kernel: ir.Kernel, model: Optional[PolyModel] = N
         c = common_depth(nest)
         if c:
             used = _variables(nest)
-            deps = dependences(model_of(kernel, model), variables=used,
+            nest_model = model_of(kernel, model)
+            # Scalars: exact flow (a private temporary's reuse is no obstacle); arrays:
+            # any conflicting access across iterations (the same as a carried dependence).
+            deps = dependences(nest_model, variables=used & locals_,
                                flow_only=frozenset(used & locals_))
-            if _independent_iterations(nest, c, deps, locals_):
+            if _independent_iterations(nest, c, deps, locals_) and not _array_conflicts_carried(
+                    nest_model, nest, c, used - locals_):
                 flip[pos] = c
     if not flip:
         return kernel
