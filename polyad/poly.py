@@ -543,42 +543,49 @@ def dependences(model: PolyModel, variables: Optional[set] = None,
     reads, must, may = model.accesses()
     tree = model.schedule_tree()
     r_by, must_by, may_by = _by_variable(reads), _by_variable(must), _by_variable(may)
-    if model.kernel.locals:
-        # Boundary pieces of one statement share its place in program order
-        # and its scalar accesses: for scalars, analyse each statement once
-        # over the union of its pieces (which coalesces back to the
-        # statement's domain) and hand every piece its share of the answer
-        # (exact: the pieces partition the domain). 27 pieces of a 3x3x3
-        # clamped stencil otherwise make 27^2 flow problems per scalar.
-        # Arrays keep per-piece analysis: their grouped accesses stay
-        # piecewise, and compute_flow on those is slower, not faster.
-        group_names, to_group = _program_order_groups(model)
-        group_tree = model.schedule_tree(group_names)
-        grouped = [_by_variable(m.apply_domain(to_group).coalesce())
-                   for m in (reads, must, may)]
-    else:
-        to_group = None
+    # Boundary pieces of one statement share its place in program order. Where the
+    # union of the pieces' accesses of a variable is one affine relation per statement
+    # (scalars, always grouped; arrays whose index no boundary mode resolves, like the
+    # filter gradient d_w[a, b, c] of a clamped stencil), analyse each statement once
+    # over the union of its pieces and hand every piece its share of the answer (exact:
+    # the pieces partition the statement's domain): 27 pieces of a 3x3x3 clamped
+    # stencil otherwise make 27^2 flow problems. Accesses that stay piecewise keep
+    # per-piece analysis: compute_flow on piecewise relations is slower, not faster.
+    group_names, to_group = _program_order_groups(model)
+    group_tree = model.schedule_tree(group_names) \
+        if len(set(group_names.values())) < len(group_names) else None
     scalars = {n for n, _ in model.kernel.locals}
     deps = Dependences()
     space = model.context.get_space()
     for var in may_by:
         if variables is not None and var not in variables:
             continue
-        by_group = to_group is not None and var in scalars
-        r_var, must_var, may_var = ((m.get(var, isl.UnionMap.empty(space)) for m in grouped)
-                                    if by_group else
-                                    (m.get(var, isl.UnionMap.empty(space))
-                                     for m in (r_by, must_by, may_by)))
-        var_deps = _variable_dependences(r_var, must_var, may_var,
-                                         group_tree if by_group else tree, var in flow_only)
+        per_piece = [m.get(var, isl.UnionMap.empty(space)) for m in (r_by, must_by, may_by)]
+        accesses, var_tree = per_piece, tree
+        if group_tree is not None:
+            grouped = [m.apply_domain(to_group).coalesce() for m in per_piece]
+            if var in scalars or all(_one_relation_per_statement(m) for m in grouped):
+                accesses, var_tree = grouped, group_tree
+        var_deps = _variable_dependences(*accesses, var_tree, var in flow_only)
         for kind, umap in zip((deps.flow, deps.output, deps.anti), var_deps):
             if umap is None:
                 continue
-            if by_group:
+            if var_tree is group_tree:
                 to_piece = to_group.reverse()
                 umap = umap.apply_domain(to_piece).apply_range(to_piece)
             kind[var] = umap.coalesce()
     return deps
+
+
+def _one_relation_per_statement(umap: isl.UnionMap) -> bool:
+    """True if every map of ``umap`` is a single basic map (no piecewise access)."""
+    return all(m.n_basic_map() == 1 for m in _maps_of(umap))
+
+
+def _maps_of(umap: isl.UnionMap) -> list:
+    out = []
+    umap.foreach_map(out.append)
+    return out
 
 
 def _variable_dependences(var_reads, must_w, writes, tree: isl.Schedule, flow_only: bool):
