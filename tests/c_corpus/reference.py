@@ -63,17 +63,17 @@ def prototypes(path: Path, defines: dict) -> dict[str, Prototype]:
 class Reference:
     """A gcc build of one C file (with fixed -D macros), callable through cffi."""
 
-    def __init__(self, path: Path, defines: dict, flags=None):
+    def __init__(self, path: Path, defines: dict, flags=None, cc: str = "gcc"):
         self.path = Path(path)
         self.protos = prototypes(self.path, defines)
         flags = list(flags or GCC_FLAGS)
         key = hashlib.sha256((self.path.read_text() + repr(sorted(defines.items()))
-                              + repr(flags)).encode()).hexdigest()[:16]
+                              + repr(flags) + cc).encode()).hexdigest()[:16]
         BUILD_DIR.mkdir(parents=True, exist_ok=True)
         lib = BUILD_DIR / f"{self.path.stem}-{key}.so"
         if not lib.exists():
             tmp = lib.with_suffix(f".{os.getpid()}.tmp")
-            subprocess.run(["gcc", *flags, *[f"-D{k}={v}" for k, v in defines.items()],
+            subprocess.run([cc, *flags, *[f"-D{k}={v}" for k, v in defines.items()],
                             str(self.path), "-o", str(tmp), "-lm"], check=True)
             os.replace(tmp, lib)
         self.ffi = cffi.FFI()
@@ -100,9 +100,9 @@ class Reference:
 _BUILDS: dict = {}
 
 
-def gcc_build(path, defines=None, flags=None) -> Reference:
-    """The (cached) gcc build of ``path`` with ``defines``."""
-    key = (str(path), tuple(sorted((defines or {}).items())), tuple(flags or ()))
+def gcc_build(path, defines=None, flags=None, cc: str = "gcc") -> Reference:
+    """The (cached) build of ``path`` with ``defines`` by ``cc`` (gcc unless told)."""
+    key = (str(path), tuple(sorted((defines or {}).items())), tuple(flags or ()), cc)
     if key not in _BUILDS:
-        _BUILDS[key] = Reference(Path(path), defines or {}, flags)
+        _BUILDS[key] = Reference(Path(path), defines or {}, flags, cc)
     return _BUILDS[key]
