@@ -196,34 +196,65 @@ class _Emitter:
         self.lines.append(indent + text)
 
     # ---- AST walk ----------------------------------------------------------
-    def walk(self, node: isl.AstNode, indent: str, iters: dict, atomic: frozenset):
+    def walk(self, node: isl.AstNode, indent: str, iters: dict, atomic: frozenset,
+             team: bool = False):
+        """Print ``node``; ``team``: it runs in every thread of a parallel region (the
+        plan's ``region`` loops), where what holds no worksharing loop runs in
+        'omp single'."""
         t = node.get_type()
-        if t == isl.ast_node_type.block:
+        if team and t != isl.ast_node_type.block and not self.plan.shares_work(node):
+            self.single([node], indent, iters, atomic)
+        elif t == isl.ast_node_type.block:
             kids = _flat_block(node)
-            pending: list = []
+            if not team:
+                self.sequence(kids, indent, iters, atomic)
+                return
+            alone: list = []
             for kid in kids:
-                if kid.get_type() == isl.ast_node_type.user:
-                    pending.append(self.user_statement(kid, iters))
+                if not self.plan.shares_work(kid):
+                    alone.append(kid)
                     continue
-                self.statements(pending, indent, atomic)
-                pending = []
-                self.walk(kid, indent, iters, atomic)
-            self.statements(pending, indent, atomic)
+                self.single(alone, indent, iters, atomic)
+                alone = []
+                self.walk(kid, indent, iters, atomic, team)
+            self.single(alone, indent, iters, atomic)
         elif t == isl.ast_node_type.for_:
             self.for_loop(node, indent, iters, atomic)
         elif t == isl.ast_node_type.if_:
             self.out(indent, f"if ({self.ast_c(node.if_get_cond(), iters)}) {{")
-            self.walk(node.if_get_then_node(), indent + "  ", iters, atomic)
+            self.walk(node.if_get_then_node(), indent + "  ", iters, atomic, team)
             if node.if_has_else_node():
                 self.out(indent, "} else {")
-                self.walk(node.if_get_else_node(), indent + "  ", iters, atomic)
+                self.walk(node.if_get_else_node(), indent + "  ", iters, atomic, team)
             self.out(indent, "}")
         elif t == isl.ast_node_type.mark:
-            self.walk(node.mark_get_node(), indent, iters, atomic)
+            self.walk(node.mark_get_node(), indent, iters, atomic, team)
         elif t == isl.ast_node_type.user:
             self.statements([self.user_statement(node, iters)], indent, atomic)
         else:
             raise NotImplementedError(f"ISL AST node {t}")
+
+    def sequence(self, kids: list, indent: str, iters: dict, atomic: frozenset):
+        """Print consecutive nodes of a block (runs of statements merged as one)."""
+        pending: list = []
+        for kid in kids:
+            if kid.get_type() == isl.ast_node_type.user:
+                pending.append(self.user_statement(kid, iters))
+                continue
+            self.statements(pending, indent, atomic)
+            pending = []
+            self.walk(kid, indent, iters, atomic)
+        self.statements(pending, indent, atomic)
+
+    def single(self, kids: list, indent: str, iters: dict, atomic: frozenset):
+        """Nodes inside a parallel region that one thread runs (the others wait at the
+        construct's closing barrier)."""
+        if not kids:
+            return
+        self.out(indent, "#pragma omp single")
+        self.out(indent, "{")
+        self.sequence(kids, indent + "  ", iters, atomic)
+        self.out(indent, "}")
 
     def user_statement(self, node, iters) -> ir.Statement:
         call = node.user_get_expr()
@@ -262,7 +293,8 @@ class _Emitter:
             atomic = atomic | lp.atomic
         step = f"{name} += {inc}" if inc != "1" else f"{name}++"
         self.out(indent, f"for (int64_t {name} = {init}; {cond}; {step}) {{")
-        self.walk(node.for_get_body(), indent + "  ", iters, atomic)
+        self.walk(node.for_get_body(), indent + "  ", iters, atomic,
+                  lp.region in ("open", "team"))
         self.out(indent, "}")
 
     # ---- whole file ----------------------------------------------------

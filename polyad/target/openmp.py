@@ -12,6 +12,7 @@ by an array-section reduction (privatized copies), other scatters by
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -40,6 +41,12 @@ class LoopPlan:
     copies through an array-section reduction clause; ``atomic``: statements
     whose scatters are made ``omp atomic`` when they run in threads;
     ``mapping``: why the loop got this mapping (``pa.explain`` prints it).
+    ``region``: its part in a parallel region that spans a sequential loop
+    (one thread team for all its iterations instead of a fork per iteration):
+    ``"open"`` (a sequential loop that opens ``omp parallel``; every thread
+    runs its iterations), ``"team"`` (a sequential loop inside such a region,
+    run by every thread), ``"for"`` (a ``threads`` loop inside one: a
+    worksharing ``omp for``), or ``""`` (none).
     """
 
     facts: LoopFacts
@@ -49,6 +56,7 @@ class LoopPlan:
     privatized: dict = field(default_factory=dict)
     atomic: frozenset = frozenset()
     mapping: str = ""
+    region: str = ""
 
     @property
     def reductions(self) -> dict:
@@ -59,9 +67,13 @@ class LoopPlan:
         return self.facts.private
 
     def directive(self) -> Optional[str]:
-        """``parallel for``, ``parallel for simd``, ``simd`` or None."""
+        """``parallel for``, ``for`` (inside a region), with `` simd``; ``simd``;
+        ``parallel`` (a sequential loop opening a region); or None."""
         if self.threads:
-            return "parallel for" + (" simd" if self.simd else "")
+            return ("for" if self.region == "for" else "parallel for") + (
+                " simd" if self.simd else "")
+        if self.region == "open":
+            return "parallel"
         return "simd" if self.simd else None
 
     def clauses(self) -> list[tuple[str, str, list]]:
@@ -86,6 +98,8 @@ class LoopPlan:
         head = self.directive()
         if head is None:
             return None
+        if self.region == "open":
+            return "#pragma omp parallel"
         if self.threads:
             head += " schedule(static)"
         parts = []
@@ -102,8 +116,13 @@ class LoopPlan:
     def decision(self) -> str:
         """One line for people: the directive and its clauses, by DSL name."""
         head = self.directive()
+        if self.region == "team":
+            return "sequential, run by every thread of the enclosing parallel region"
         if head is None:
             return "parallel, runs sequentially" if self.facts.parallel else "sequential"
+        if self.region == "open":
+            return ("omp parallel: one thread team around this sequential loop, "
+                    "every thread runs its iterations")
         parts = []
         for kind, op, items in self.clauses():
             if kind == "reduction":
@@ -131,6 +150,14 @@ class OpenMPPlan:
         """The plan of an AST for-node (None for other nodes)."""
         key = loop_key(node)
         return None if key is None else self.loops.get(key)
+
+    def shares_work(self, node: isl.AstNode) -> bool:
+        """Inside a parallel region: whether ``node`` holds a worksharing loop (then every
+        thread of the team runs it; else one thread does, in 'omp single')."""
+        lp = self.loop(node)
+        if lp is not None and lp.region in ("team", "for"):
+            return True
+        return any(self.shares_work(c) for c in ast_children(node))
 
     def score(self) -> tuple[int, int]:
         """(statements under an 'omp parallel for', statements under any loop)."""
@@ -238,6 +265,43 @@ class _Planner:
         return False, ("left sequential: it needs atomics, and an inner loop is "
                        "parallel without them")
 
+    def regions(self, node: isl.AstNode, inside: bool) -> None:
+        """Open one parallel region around each outermost sequential loop that has
+        'omp parallel for' loops below it: they become worksharing 'omp for' loops of
+        one thread team (a barrier each instead of a fork/join each iteration), the
+        sequential loops between run in every thread (their bounds depend on sizes and
+        iterators only, so every thread takes the same path) and everything else
+        inside runs in 'omp single' (the emitter's part)."""
+        key = loop_key(node)
+        lp = self.loops.get(key) if key is not None else None
+        if lp is None:
+            for child in ast_children(node):
+                self.regions(child, inside)
+            return
+        if lp.threads:
+            if inside:
+                self.loops[key] = dataclasses.replace(
+                    lp, region="for", mapping=lp.mapping + "; inside the parallel region of "
+                    "an enclosing sequential loop: worksharing 'omp for'")
+            return
+        if not self.threads_below(node.for_get_body()):
+            return
+        if inside:
+            self.loops[key] = dataclasses.replace(lp, region="team")
+        else:
+            self.loops[key] = dataclasses.replace(lp, region="open", mapping=(
+                (lp.mapping + "; " if lp.mapping else "")
+                + "one 'omp parallel' region around this sequential loop: its parallel "
+                "loops share one thread team (no fork/join per iteration)"))
+        self.regions(node.for_get_body(), True)
+
+    def threads_below(self, node: isl.AstNode) -> bool:
+        """An 'omp parallel for' loop at or below ``node``."""
+        lp = self.loops.get(loop_key(node)) if loop_key(node) is not None else None
+        if lp is not None and lp.threads:
+            return True
+        return any(self.threads_below(c) for c in ast_children(node))
+
     def has_clean_parallel(self, node: isl.AstNode) -> bool:
         """A parallel loop below ``node`` that needs no atomics and is not small."""
         key = loop_key(node)
@@ -283,6 +347,7 @@ def plan(scheduled, deterministic: bool = False) -> OpenMPPlan:
     """
     planner = _Planner(scheduled, deterministic)
     planner.walk(scheduled.ast, {}, None)
+    planner.regions(scheduled.ast, False)
     return OpenMPPlan(scheduled, planner.loops, planner.names)
 
 
