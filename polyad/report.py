@@ -67,8 +67,8 @@ def report(kernel, target: str = "openmp", deterministic: bool = False) -> dict:
 
     Keys: ``kernel file line target deterministic params result sizes
     c_signature c_params context requirements statements scatter_to_gather
-    dependences dependences_computed schedule_origin schedule_tree loops ast
-    temporaries tapes source``, and ``memory_budget`` where the kernel has tapes.
+    dependences dependences_computed schedule_origin schedule_decisions schedule_tree
+    loops ast temporaries tapes source``, and ``memory_budget`` where the kernel has tapes.
     ISL objects appear in ISL's own notation.
     """
     data = artifact_report(artifact_of(kernel, Options(target, deterministic)))
@@ -104,6 +104,7 @@ def artifact_report(art: Artifact) -> dict:
         "dependences": _dependences(sk),
         "dependences_computed": _computed_kinds(sk),
         "schedule_origin": sk.schedule_origin,
+        "schedule_decisions": list(sk.schedule_decisions),
         "schedule_tree": _schedule_tree(sk.schedule.get_root()),
         "loops": outline.loops,
         "ast": outline.lines,
@@ -462,6 +463,7 @@ def _text(d: dict) -> str:
                 lines.append(f"    {r['variable']}: {r['source']} -> {r['sink']}  {r['relation']}")
 
     _section(lines, f"schedule tree (ISL; {d['schedule_origin']})")
+    lines += [f"  decision: {why}" for why in d["schedule_decisions"]]
     _tree_text(d["schedule_tree"], 1, lines)
 
     _section(lines, "AST and loop decisions")

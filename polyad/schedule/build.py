@@ -18,6 +18,7 @@ from ..progress import StageClock
 from .cleanup import fuse_zero_initialization, remove_dead_statements
 from .distribute import expand_and_distribute
 from .gather import ascending_order_free_nests, scatter_to_gather, small_target
+from .locality import has_strided_inner_loop, unit_stride_bands
 from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, dependences,
                     split_boundary_pieces)
 
@@ -100,6 +101,7 @@ class ScheduledKernel:
     removed_statements: tuple = ()
     expansions: dict = field(default_factory=dict)
     fused_initializations: tuple = ()
+    schedule_decisions: tuple = ()
 
     def statement(self, name: str) -> ir.Statement:
         return self._by_name[name]
@@ -304,13 +306,17 @@ def schedule_kernel(kernel: ir.Kernel,
         chosen = _candidate(_program_order_schedule(model), split, model, deps)
     origin = "program order"
     parallel, looped = score(chosen)
-    if parallel < looped:  # some loop nest runs sequentially: ask ISL for a better schedule
+    isl_schedule = None
+    strided = has_strided_inner_loop(split)
+    if parallel < looped or strided:
+        # some loop nest runs sequentially, or walks an array against its layout: ask
+        # ISL for a schedule (which the unit-stride pass below can then reorder)
         with clock.stage("isl scheduler", n):
             # The scheduler may reorder anything: it needs every dependence, scalars' too.
             isl_schedule = _isl_schedule(model, dependences(model))
         if isl_schedule is None:
             origin = "program order (the ISL scheduler gave up within its operation quota)"
-        else:
+        elif parallel < looped:
             with clock.stage("ast", n):
                 other = _candidate(isl_schedule, split, model, deps)
             if score(other)[0] > parallel:
@@ -318,8 +324,24 @@ def schedule_kernel(kernel: ir.Kernel,
                 origin = "ISL scheduler (more parallel than the program order)"
             else:
                 origin = "program order (the ISL schedule is not more parallel)"
+    decisions: list = []
+    isl_chosen = origin.startswith("ISL")
+    if isl_schedule is not None and (strided or isl_chosen):
+        base = chosen.schedule if isl_chosen else isl_schedule
+        with clock.stage("unit stride", n):
+            local, decisions = unit_stride_bands(base, split)
+        if decisions:
+            with clock.stage("ast", n):
+                other = _candidate(local, split, model, deps)
+            if score(other)[0] >= score(chosen)[0]:
+                chosen = other
+                origin = ("ISL scheduler, bands reordered for unit stride (as parallel as "
+                          "the " + ("ISL schedule)" if isl_chosen else "program order)"))
+            else:
+                decisions = []
     return ScheduledKernel(split, model, deps, chosen.schedule, chosen.ast, chosen.loops,
-                           requirements, gather_decisions, origin, dead, expansions, fused)
+                           requirements, gather_decisions, origin, dead, expansions, fused,
+                           tuple(decisions))
 
 
 def _program_order_schedule(model: PolyModel) -> isl.Schedule:
