@@ -1,0 +1,173 @@
+"""The PolyBench kernels of benchmarks/polybench.py: outputs and schedule decisions.
+
+Outputs (and three vjps) are checked against the reference interpreter at sizes 1-4;
+the decisions the scheduler and the OpenMP plan make on them are asserted on the
+emitted C and on ``pa.explain``'s report. No timings here (benchmarks/polybench.py).
+"""
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+import polyad as pa
+from c_corpus import polybench_dsl as dsl
+from polyad.testing import call_interpreted
+
+KERNELS = ["gemm", "mm2", "atax", "bicg", "mvt", "gemver", "syrk", "doitgen", "covariance",
+           "lu", "cholesky", "trisolv", "floyd_warshall", "jacobi_2d", "seidel_2d", "heat_3d",
+           "fdtd_2d"]
+# (kernel, input differentiated): the vjps benchmarks/polybench.py times
+VJPS = [("gemm", "A"), ("mvt", "A"), ("jacobi_2d", "A")]
+# factorizations and solves need a dominant diagonal (no pivoting, real square roots)
+DOMINANT = {"lu": "A", "cholesky": "A", "trisolv": "L"}
+
+
+def arguments(k, size: int, rng) -> tuple[dict, dict]:
+    """Random arguments of ``k`` with every size equal to ``size``, and the size keywords."""
+    sizes = {s: size for s in k.ir.sizes}
+    args = {}
+    for p in k.ir.params:
+        if p.is_array:
+            shape = tuple(size for _ in p.type.shape)
+            args[p.name] = rng.random(shape) + 0.5
+        else:
+            args[p.name] = float(size) + 1.5 if p.name == "float_n" else 1.25
+    if k.ir.name in DOMINANT:
+        a = args[DOMINANT[k.ir.name]]
+        args[DOMINANT[k.ir.name]] = a @ a.T + size * np.eye(size)
+    return args, sizes
+
+
+def copies(args):
+    return {n: v.copy() if isinstance(v, np.ndarray) else v for n, v in args.items()}
+
+
+@pytest.mark.parametrize("name", KERNELS)
+def test_kernel_matches_interpreter_at_sizes_1_to_4(name):
+    k = getattr(dsl, name)
+    rng = np.random.default_rng(7)
+    for size in (1, 2, 3, 4):
+        args, sizes = arguments(k, size, rng)
+        got, want = copies(args), copies(args)
+        k(**got, **sizes)
+        call_interpreted(k, **want, **sizes)
+        for n, v in want.items():
+            np.testing.assert_allclose(got[n], v, rtol=1e-12, atol=1e-12,
+                                       err_msg=f"{name} size {size}: {n}")
+
+
+@pytest.mark.parametrize("name,wrt", VJPS)
+def test_vjp_matches_interpreter_at_sizes_1_to_4(name, wrt):
+    k = getattr(dsl, name)
+    dk = pa.vjp(k, wrt=wrt)
+    outs = [p for p in k.ir.params if p.is_array and p.intent != "in"]
+    rng = np.random.default_rng(8)
+    for size in (1, 2, 3, 4):
+        args, sizes = arguments(k, size, rng)
+        bars = [rng.standard_normal(args[p.name].shape) for p in outs]
+        positional = [args[p.name] for p in k.ir.params]
+        got = dk(*copies(dict(enumerate(positional))).values(), *[b.copy() for b in bars],
+                 **sizes)
+        want = call_interpreted(dk.ir, *copies(dict(enumerate(positional))).values(),
+                                *[b.copy() for b in bars], **sizes)
+        np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12,
+                                   err_msg=f"vjp {name} wrt {wrt} size {size}")
+
+
+def loop_of(source: str, statement: str) -> str:
+    """The iterator of the innermost 'for' around the first line containing ``statement``."""
+    lines = source.splitlines()
+    at = next(i for i, line in enumerate(lines) if statement in line)
+    depth = len(lines[at]) - len(lines[at].lstrip())
+    for line in reversed(lines[:at]):
+        indent = len(line) - len(line.lstrip())
+        if indent < depth and line.lstrip().startswith("for ("):
+            return re.match(r"\s*for \(int64_t (\w+) =", line).group(1)
+    raise AssertionError(f"no loop around {statement!r}")
+
+
+def pragmas(source: str) -> list:
+    return [line.strip() for line in source.splitlines() if line.strip().startswith("#pragma")]
+
+
+def test_atax_and_bicg_read_A_row_wise():
+    # the second product (y[j] += A[i, j] * tmp[i]) is parallel over j: ISL makes j the
+    # outer loop and walks A down its columns; the unit-stride pass moves j innermost
+    # (strips of j in parallel outside)
+    src = dsl.atax.source
+    assert loop_of(src, "y[j] = y[j] + A[i * N + j] * tmp[i]") == "j"
+    assert "A[c0 * N" not in src and "A[i * N + c0]" not in src
+    report = json.loads(pa.explain(dsl.atax, format="json"))
+    assert any("unit stride" in d for d in report["schedule_decisions"])
+    assert loop_of(dsl.bicg.source, "s[j] = s[j] + r[i] * A[i * M + j]") == "j"
+
+
+def test_mvt_transposed_product_walks_rows():
+    # x2[i] += A[j, i] * y_2[j]: as written, the inner loop j walks a column of A;
+    # the scheduler interchanges so that i (parallel, in strips) is innermost
+    src = dsl.mvt.source
+    assert loop_of(src, "x2[i] = x2[i] + A[j * N + i] * y_2[j]") == "i"
+    assert loop_of(src, "x1[i] = x1[i] + A[i * N + j] * y_1[j]") == "j"
+    assert "#pragma omp parallel for schedule(static)" in pragmas(src)
+
+
+def test_vjp_of_mvt_gets_unit_stride_too():
+    src = pa.vjp(dsl.mvt, wrt="A").source
+    for line in src.splitlines():
+        m = re.search(r"A_bar\[(\w+) \* N \+ (\w+)\] [+-]?=", line)
+        if m:  # the cotangent of A is written along its rows
+            assert loop_of(src, line.strip()[:40]) == m.group(2)
+
+
+def region_shape(src: str) -> tuple[int, int, int]:
+    """(omp parallel regions, 'omp for' loops, 'omp parallel for' loops) of a source."""
+    ps = pragmas(src)
+    return (sum(p == "#pragma omp parallel" for p in ps),
+            sum(p.startswith("#pragma omp for") for p in ps),
+            sum(p.startswith("#pragma omp parallel for") for p in ps))
+
+
+@pytest.mark.parametrize("name", ["fdtd_2d", "jacobi_2d", "heat_3d"])
+def test_time_loop_is_one_parallel_region(name):
+    # a sequential time loop around parallel sweeps: one thread team for all steps,
+    # a worksharing loop per sweep (a barrier each) instead of a fork/join per sweep
+    src = getattr(dsl, name).source
+    regions, shared, forked = region_shape(src)
+    assert regions == 1 and forked == 0 and shared >= 2
+    assert re.search(r"#pragma omp parallel\n\s*for \(int64_t t ", src)
+
+
+def test_floyd_warshall_has_at_most_one_parallel_region_per_k():
+    src = dsl.floyd_warshall.source
+    regions, shared, forked = region_shape(src)
+    assert forked == 0 and regions == 1
+    assert re.search(r"#pragma omp parallel\n\s*for \(int64_t k ", src)
+
+
+def test_sequential_statements_in_a_region_run_in_single():
+    # trisolv: x[i] /= L[i, i] runs once per step, by one thread, between the shared loops
+    src = dsl.trisolv.source
+    body = src[src.index("#pragma omp parallel\n"):]
+    single = body.index("#pragma omp single")
+    assert "x[c0] = x[c0] / L[c0 * N + c0]" in body[single:body.index("#pragma omp for")]
+    report = json.loads(pa.explain(dsl.trisolv, format="json"))
+    decisions = [lp["decision"] for lp in report["loops"]]
+    assert any(d.startswith("omp parallel: one thread team") for d in decisions)
+    assert any(d.startswith("omp for") for d in decisions)
+
+
+def test_gradient_of_time_loop_gets_one_region():
+    src = pa.vjp(dsl.jacobi_2d, wrt="A").source
+    regions, shared, forked = region_shape(src)
+    assert regions == 1 and shared >= 2
+    # the loops outside the reversed time loop (copies) fork once each, at the top level
+    forks = [line for line in src.splitlines() if "#pragma omp parallel for" in line]
+    assert len(forks) == forked and all(line.startswith("  #") for line in forks)
+
+
+def test_explain_text_shows_region_and_unit_stride():
+    text = pa.explain(dsl.atax)
+    assert "decision: unit stride" in text
+    assert "omp parallel: one thread team" in pa.explain(dsl.fdtd_2d)
