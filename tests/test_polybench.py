@@ -140,10 +140,31 @@ def test_time_loop_is_one_parallel_region(name):
 
 
 def test_floyd_warshall_has_at_most_one_parallel_region_per_k():
+    # ISL's schedule is an anti-diagonal wavefront with a parallel innermost loop: a
+    # synchronization per (k, diagonal) for one diagonal's work, at stride N - 1. The
+    # plan leaves such loops sequential, so the program order (unit stride) is kept
     src = dsl.floyd_warshall.source
     regions, shared, forked = region_shape(src)
-    assert forked == 0 and regions == 1
-    assert re.search(r"#pragma omp parallel\n\s*for \(int64_t k ", src)
+    assert forked == 0 and regions <= 1
+    assert loop_of(src, "path[i * N + j] = ") == "j"
+    report = json.loads(pa.explain(dsl.floyd_warshall, format="json"))
+    assert report["schedule_origin"].startswith("program order")
+
+
+def test_thin_innermost_parallel_loop_is_left_sequential():
+    # the wavefront kernel of test_schedule has one loop above its parallel one: kept;
+    # floyd-warshall's ISL schedule (two loops above an innermost parallel loop) is not
+    from polyad.pipeline import compile_kernel
+    from polyad.schedule.build import _candidate, _isl_schedule
+    from polyad.poly import dependences
+    from polyad.target.openmp import plan
+    sk = compile_kernel(dsl.floyd_warshall.ir).scheduled
+    isl_schedule = _isl_schedule(sk.model, dependences(sk.model))
+    cand = _candidate(isl_schedule, sk.kernel, sk.model, sk.deps)
+    loops = plan(cand).loops.values()
+    parallel = [lp for lp in loops if lp.facts.parallel]
+    assert parallel and not any(lp.threads for lp in loops)
+    assert all("inside 2 sequential loops" in lp.mapping for lp in parallel)
 
 
 def test_sequential_statements_in_a_region_run_in_single():

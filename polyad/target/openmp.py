@@ -29,6 +29,13 @@ from ..schedule import LoopFacts, ast_children, loop_key
 # team costs more than they do.
 SMALL_LOOP = 64
 
+# A parallel innermost loop inside this many sequential loops is left sequential: the
+# threads would synchronize (fork/join, or a barrier inside a parallel region) once per
+# iteration of the enclosing loops, that is O(N^2) times, for O(N) work each time
+# (floyd-warshall's anti-diagonal wavefront inside its k loop: 1.3 million barriers at
+# N = 800, against a sequential nest that gcc runs at memory speed).
+THIN_DEPTH = 2
+
 
 @dataclass(frozen=True)
 class LoopPlan:
@@ -190,6 +197,11 @@ def _order_dependent(facts: LoopFacts, kernel: ir.Kernel) -> str:
     return ", ".join(floats)
 
 
+def _has_loop(node: isl.AstNode) -> bool:
+    """A for-node at or below ``node``."""
+    return loop_key(node) is not None or any(_has_loop(c) for c in ast_children(node))
+
+
 def _small(facts: LoopFacts) -> bool:
     """At most SMALL_LOOP iterations whatever the sizes."""
     return facts.trip_count_bound is not None and facts.trip_count_bound <= SMALL_LOOP
@@ -226,7 +238,7 @@ class _Planner:
         it = node.for_get_iterator().get_id().get_name()
         name = self.iterator_name(node, it, iters)
         privatized, atomic = self.strategy(facts)
-        threads, mapping = self.threads(node, facts, atomic, enclosing)
+        threads, mapping = self.threads(node, facts, atomic, enclosing, len(iters))
         lp = LoopPlan(facts, name, threads, False, privatized, atomic, mapping)
         below = False
         for child in ast_children(node):
@@ -249,10 +261,17 @@ class _Planner:
         return True
 
     def threads(self, node, facts: LoopFacts, atomic: frozenset,
-                enclosing: Optional[LoopPlan]) -> tuple[bool, str]:
-        """Whether the loop becomes 'omp parallel for', and why (or why not)."""
+                enclosing: Optional[LoopPlan], loops_above: int) -> tuple[bool, str]:
+        """Whether the loop becomes 'omp parallel for', and why (or why not).
+
+        ``loops_above``: how many loops enclose it."""
         if not facts.parallel:
             return False, ""
+        if (enclosing is None and loops_above >= THIN_DEPTH
+                and not _has_loop(node.for_get_body())):
+            return False, (f"left sequential: an innermost loop inside {loops_above} "
+                           f"sequential loops: a thread synchronization per iteration of "
+                           f"them for one loop's work")
         order = _order_dependent(facts, self.kernel) if self.deterministic else ""
         if order:
             return False, f"left sequential (deterministic=True): parallel form reorders {order}"
