@@ -192,3 +192,13 @@ def test_explain_text_shows_region_and_unit_stride():
     text = pa.explain(dsl.atax)
     assert "decision: unit stride" in text
     assert "omp parallel: one thread team" in pa.explain(dsl.fdtd_2d)
+
+
+def test_triangular_parallel_loops_are_dealt_round_robin():
+    # syrk's row i updates i + 1 elements: blocks of rows per thread would give the
+    # last thread most of the work
+    src = dsl.syrk.source
+    assert "#pragma omp parallel for schedule(static, 1)" in pragmas(src)
+    assert "#pragma omp parallel for schedule(static)" in pragmas(dsl.gemm.source)
+    report = json.loads(pa.explain(dsl.syrk, format="json"))
+    assert any("round-robin" in w for lp in report["loops"] for w in lp["why"])

@@ -88,7 +88,12 @@ def unit_stride_bands(schedule: isl.Schedule, kernel: ir.Kernel) -> tuple[isl.Sc
     decisions: list = []
 
     def cost(stride_vars: dict) -> int:
-        return sum(strided_accesses(by_name[s], v) for s, v in stride_vars.items())
+        """Strided accesses of the band's deepest statements (the ones that run most
+        often: a statement with fewer loops, like the copy after a dot product, runs
+        a loop's trip count fewer times) when the member is innermost."""
+        deepest = max(len(by_name[s].loops) for s in stride_vars)
+        return sum(strided_accesses(by_name[s], v) for s, v in stride_vars.items()
+                   if len(by_name[s].loops) == deepest)
 
     errors: list = []
 

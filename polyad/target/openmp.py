@@ -13,6 +13,7 @@ by an array-section reduction (privatized copies), other scatters by
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -53,7 +54,10 @@ class LoopPlan:
     ``"open"`` (a sequential loop that opens ``omp parallel``; every thread
     runs its iterations), ``"team"`` (a sequential loop inside such a region,
     run by every thread), ``"for"`` (a ``threads`` loop inside one: a
-    worksharing ``omp for``), or ``""`` (none).
+    worksharing ``omp for``), or ``""`` (none). ``cyclic``: the work of an
+    iteration grows or shrinks with the iteration (inner loop bounds depend on
+    it: triangular nests), so iterations are dealt round-robin
+    (``schedule(static, 1)``) instead of in one block per thread.
     """
 
     facts: LoopFacts
@@ -64,6 +68,7 @@ class LoopPlan:
     atomic: frozenset = frozenset()
     mapping: str = ""
     region: str = ""
+    cyclic: bool = False
 
     @property
     def reductions(self) -> dict:
@@ -108,7 +113,7 @@ class LoopPlan:
         if self.region == "open":
             return "#pragma omp parallel"
         if self.threads:
-            head += " schedule(static)"
+            head += " schedule(static, 1)" if self.cyclic else " schedule(static)"
         parts = []
         for kind, op, items in self.clauses():
             if kind == "reduction":
@@ -141,6 +146,8 @@ class LoopPlan:
                 parts.append(f"private({', '.join(items)})")
         if self.atomic and self.threads:
             parts.append(f"atomic {', '.join(sorted(self.atomic))}")
+        if self.cyclic and self.threads:
+            parts.append("schedule(static, 1)")
         return "omp " + head + "".join(" " + p for p in parts)
 
 
@@ -197,6 +204,15 @@ def _order_dependent(facts: LoopFacts, kernel: ir.Kernel) -> str:
     return ", ".join(floats)
 
 
+def _bounds_use(node: isl.AstNode, iterator: str) -> bool:
+    """Some for-node at or below ``node`` has bounds that use ``iterator``."""
+    if node.get_type() == isl.ast_node_type.for_:
+        for e in (node.for_get_init(), node.for_get_cond()):
+            if re.search(rf"\b{iterator}\b", e.to_C_str()):
+                return True
+    return any(_bounds_use(c, iterator) for c in ast_children(node))
+
+
 def _has_loop(node: isl.AstNode) -> bool:
     """A for-node at or below ``node``."""
     return loop_key(node) is not None or any(_has_loop(c) for c in ast_children(node))
@@ -239,7 +255,12 @@ class _Planner:
         name = self.iterator_name(node, it, iters)
         privatized, atomic = self.strategy(facts)
         threads, mapping = self.threads(node, facts, atomic, enclosing, len(iters))
-        lp = LoopPlan(facts, name, threads, False, privatized, atomic, mapping)
+        cyclic = threads and _bounds_use(node.for_get_body(), it)
+        if cyclic:
+            mapping += ("; inner loop bounds depend on it (the work per iteration may "
+                        "vary, as in triangular nests): iterations dealt round-robin, "
+                        "schedule(static, 1)")
+        lp = LoopPlan(facts, name, threads, False, privatized, atomic, mapping, cyclic=cyclic)
         below = False
         for child in ast_children(node):
             below |= self.walk(child, {**iters, it: name}, lp if threads else enclosing)
@@ -254,7 +275,8 @@ class _Planner:
         shared = set(privatized) - set(enclosing.privatized if enclosing else ())
         if (not below and facts.parallel and not facts.private and not atomic
                 and not (enclosing is not None and shared)):
-            lp = LoopPlan(facts, name, threads, True, privatized, atomic, mapping + (
+            lp = LoopPlan(facts, name, threads, True, privatized, atomic, cyclic=cyclic,
+                          mapping=mapping + (
                 "; innermost loop: 'omp simd'" + (
                     " with the reduction clause" if facts.reductions or privatized else "")))
         self.loops[key] = lp
