@@ -302,7 +302,7 @@ def loop_reasons(lp, sk: ScheduledKernel) -> list[str]:
     """Why the dependence test (``lp.facts``) and the target's plan (``lp``) decided so."""
     info = lp.facts
     if not info.parallel:
-        return [info.why_not_parallel]
+        return [info.why_not_parallel] + ([lp.mapping] if lp.mapping else [])
     out = []
     if not info.carried:
         out.append("no dependence is carried by this loop")

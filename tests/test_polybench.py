@@ -124,7 +124,7 @@ def test_vjp_of_mvt_gets_unit_stride_too():
 def region_shape(src: str) -> tuple[int, int, int]:
     """(omp parallel regions, 'omp for' loops, 'omp parallel for' loops) of a source."""
     ps = pragmas(src)
-    return (sum(p == "#pragma omp parallel" for p in ps),
+    return (sum(bool(re.fullmatch(r"#pragma omp parallel( if\(.*\))?", p)) for p in ps),
             sum(p.startswith("#pragma omp for") for p in ps),
             sum(p.startswith("#pragma omp parallel for") for p in ps))
 
@@ -170,13 +170,28 @@ def test_thin_innermost_parallel_loop_is_left_sequential():
 def test_sequential_statements_in_a_region_run_in_single():
     # trisolv: x[i] /= L[i, i] runs once per step, by one thread, between the shared loops
     src = dsl.trisolv.source
-    body = src[src.index("#pragma omp parallel\n"):]
+    body = src[src.index("#pragma omp parallel if"):]
     single = body.index("#pragma omp single")
     assert "x[c0] = x[c0] / L[c0 * N + c0]" in body[single:body.index("#pragma omp for")]
     report = json.loads(pa.explain(dsl.trisolv, format="json"))
     decisions = [lp["decision"] for lp in report["loops"]]
-    assert any(d.startswith("omp parallel: one thread team") for d in decisions)
+    assert any(d.startswith("omp parallel if(N - 1 >= 8192): one thread team")
+               for d in decisions)
     assert any(d.startswith("omp for") for d in decisions)
+
+
+def test_thin_region_runs_in_threads_only_for_long_rows():
+    # trisolv's region synchronizes once per row for one row's work: an if clause on N;
+    # fdtd-2d's sweeps are two-dimensional: no clause
+    assert "#pragma omp parallel if(N - 1 >= 8192)" in pragmas(dsl.trisolv.source)
+    assert "#pragma omp parallel" in pragmas(dsl.fdtd_2d.source)
+    rng = np.random.default_rng(5)
+    n = 9000  # above the threshold: the threaded path gives the sequential result
+    L = np.tril(rng.random((n, n))) / n + np.eye(n)
+    b = rng.standard_normal(n)
+    x = np.zeros(n)
+    dsl.trisolv(L, x, b)
+    np.testing.assert_allclose(L @ x, b, rtol=1e-10, atol=1e-10)
 
 
 def test_gradient_of_time_loop_gets_one_region():
@@ -192,6 +207,7 @@ def test_explain_text_shows_region_and_unit_stride():
     text = pa.explain(dsl.atax)
     assert "decision: unit stride" in text
     assert "omp parallel: one thread team" in pa.explain(dsl.fdtd_2d)
+    assert "threads only from 8192 iterations on" in pa.explain(dsl.trisolv)
 
 
 def test_triangular_parallel_loops_are_dealt_round_robin():

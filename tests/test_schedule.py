@@ -218,7 +218,7 @@ def test_isl_scheduler_finds_wavefront_parallelism():
     assert sk.schedule_origin.startswith("ISL scheduler")
     pragmas = [line.strip() for line in wavefront_sweep.source.splitlines()
                if line.strip().startswith("#pragma omp")]
-    assert pragmas[0] == "#pragma omp parallel"
+    assert pragmas[0].startswith("#pragma omp parallel") and "for" not in pragmas[0]
     assert [p for p in pragmas if p.startswith("#pragma omp for")] == pragmas[1:2]
     A = np.random.default_rng(3).random((9, 11))
     want = A.copy()

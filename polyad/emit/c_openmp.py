@@ -286,7 +286,8 @@ class _Emitter:
         inc = self.ast_c(node.for_get_inc(), iters)
         if cond.startswith("(") and cond.endswith(")"):
             cond = cond[1:-1]
-        pragma = lp.pragma(self.names, lambda n: self.printer.expr(n, self.names))
+        pragma = lp.pragma(self.names, lambda n: self.printer.expr(n, self.names),
+                           lambda e: self.ast_c(e, {}))
         if pragma is not None:
             self.out(indent, pragma)
         if lp.threads:

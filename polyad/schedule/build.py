@@ -52,7 +52,10 @@ class LoopFacts:
     of an array from several iterations). ``why_not_parallel`` says why a loop
     is not parallel; ``carried``: some dependence is carried at all.
     ``trip_count_bound``: an upper bound on the iterations that holds for all
-    sizes, or None when the count grows with the sizes.
+    sizes, or None when the count grows with the sizes. ``extent``: the number of
+    values the loop's iterator takes over the whole run, as an ISL AST expression
+    in the sizes (an upper bound on any one execution's trip count; None when
+    ISL cannot express it).
     """
 
     key: str
@@ -65,6 +68,7 @@ class LoopFacts:
     scatters: dict = field(default_factory=dict)
     why_not_parallel: str = ""
     trip_count_bound: Optional[int] = None
+    extent: Optional[isl.AstExpr] = None
 
     @property
     def scatter_statements(self) -> frozenset:
@@ -170,6 +174,19 @@ class _LoopAnalysis:
             return None
         return max(int(str(extent.dim_max_val(0))), -int(str(extent.dim_min_val(0))))
 
+    def extent(self, sched: isl.UnionMap, depth: int) -> Optional[isl.AstExpr]:
+        """max - min + 1 of the loop's iterator over all its executions, in the sizes."""
+        rng = isl.Set.from_union_set(sched.range()).project_out(isl.dim_type.set, 0, depth) \
+            .project_out(isl.dim_type.set, 1, depth_after(sched, depth))
+        if rng.is_empty():
+            return None
+        width = rng.dim_max(0).sub(rng.dim_min(0)).add_constant_val(
+            isl.Val.one(self.model.ctx))
+        if width.is_cst() or width.dim(isl.dim_type.param) == 0:
+            return None
+        return isl.AstBuild.from_context(self.model.context).expr_from_pw_aff(
+            width.gist_params(self.model.context))
+
     def __call__(self, node: isl.AstNode, build: isl.AstBuild) -> isl.AstNode:
         try:
             return self.analyse(node, build)
@@ -224,8 +241,14 @@ class _LoopAnalysis:
             key=key, depth=depth, statements=stmts, parallel=not reasons, carried=any_carried,
             reductions=reductions, private=private, scatters=scatters,
             why_not_parallel="; ".join(reasons),
-            trip_count_bound=self.trip_count_bound(sched, depth))
+            trip_count_bound=self.trip_count_bound(sched, depth),
+            extent=self.extent(sched, depth))
         return node.set_annotation(isl.Id(key, context=self.model.ctx))
+
+
+def depth_after(sched: isl.UnionMap, depth: int) -> int:
+    """Schedule dimensions after the loop's own (none: the prefix ends at the loop)."""
+    return _maps(sched)[0].dim(isl.dim_type.out) - depth - 1
 
 
 def _flat_size(at: ir.ArrayType) -> ir.Expr:

@@ -21,7 +21,7 @@ import islpy as isl
 
 from .. import ir
 from ..emit.c_openmp import cname, dsl_c_names, emit_c, signature
-from ..emit.cexpr import C99
+from ..emit.cexpr import C99, ast_expr_c
 from ..runtime.loader import CompiledKernel
 from ..schedule import LoopFacts, ast_children, loop_key
 
@@ -36,6 +36,12 @@ SMALL_LOOP = 64
 # (floyd-warshall's anti-diagonal wavefront inside its k loop: 1.3 million barriers at
 # N = 800, against a sequential nest that gcc runs at memory speed).
 THIN_DEPTH = 2
+
+# A parallel region whose shared loops are all innermost synchronizes its threads once
+# per innermost loop (trisolv: a barrier per row for one row's work); it runs in
+# threads only when such a loop can have this many iterations (an 'if' clause on the
+# sizes), a barrier costing about what a few thousand streamed elements do.
+THIN_WORK = 8192
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,9 @@ class LoopPlan:
     iteration grows or shrinks with the iteration (inner loop bounds depend on
     it: triangular nests), so iterations are dealt round-robin
     (``schedule(static, 1)``) instead of in one block per thread.
+    ``region_if``: for an ``"open"`` region whose shared loops are all innermost
+    (one loop's work between two barriers), their extents (ISL AST expressions in
+    the sizes): the region runs in threads only when one reaches ``THIN_WORK``.
     """
 
     facts: LoopFacts
@@ -69,6 +78,7 @@ class LoopPlan:
     mapping: str = ""
     region: str = ""
     cyclic: bool = False
+    region_if: tuple = ()
 
     @property
     def reductions(self) -> dict:
@@ -102,16 +112,17 @@ class LoopPlan:
             out.append(("private", "", sorted(self.private)))
         return out
 
-    def pragma(self, names: dict, size_text) -> Optional[str]:
+    def pragma(self, names: dict, size_text, ast_text=None) -> Optional[str]:
         """The ``#pragma omp`` line of the loop (None when it has none).
 
-        ``names``: DSL name -> C name; ``size_text(expr)``: C text of a size.
+        ``names``: DSL name -> C name; ``size_text(expr)``: C text of a size;
+        ``ast_text(ast_expr)``: C text of an ISL AST expression in the sizes.
         """
         head = self.directive()
         if head is None:
             return None
         if self.region == "open":
-            return "#pragma omp parallel"
+            return "#pragma omp parallel" + self.if_clause(ast_text or _ast_c)
         if self.threads:
             head += " schedule(static, 1)" if self.cyclic else " schedule(static)"
         parts = []
@@ -125,6 +136,13 @@ class LoopPlan:
                 parts.append(f"private({', '.join(names[v] for v in items)})")
         return f"#pragma omp {head}" + "".join(" " + p for p in parts)
 
+    def if_clause(self, ast_text) -> str:
+        """`` if(...)`` of a region that pays only from THIN_WORK iterations on, or ''."""
+        if not self.region_if:
+            return ""
+        return " if(" + " || ".join(f"{_unparen(ast_text(e))} >= {THIN_WORK}"
+                                    for e in self.region_if) + ")"
+
     def decision(self) -> str:
         """One line for people: the directive and its clauses, by DSL name."""
         head = self.directive()
@@ -133,8 +151,8 @@ class LoopPlan:
         if head is None:
             return "parallel, runs sequentially" if self.facts.parallel else "sequential"
         if self.region == "open":
-            return ("omp parallel: one thread team around this sequential loop, "
-                    "every thread runs its iterations")
+            return ("omp parallel" + self.if_clause(_ast_c) + ": one thread team around "
+                    "this sequential loop, every thread runs its iterations")
         parts = []
         for kind, op, items in self.clauses():
             if kind == "reduction":
@@ -211,6 +229,14 @@ def _bounds_use(node: isl.AstNode, iterator: str) -> bool:
             if re.search(rf"\b{iterator}\b", e.to_C_str()):
                 return True
     return any(_bounds_use(c, iterator) for c in ast_children(node))
+
+
+def _ast_c(e: isl.AstExpr) -> str:
+    return ast_expr_c(e, {})
+
+
+def _unparen(text: str) -> str:
+    return text[1:-1] if text.startswith("(") and text.endswith(")") else text
 
 
 def _has_loop(node: isl.AstNode) -> bool:
@@ -329,12 +355,29 @@ class _Planner:
             return
         if inside:
             self.loops[key] = dataclasses.replace(lp, region="team")
-        else:
-            self.loops[key] = dataclasses.replace(lp, region="open", mapping=(
-                (lp.mapping + "; " if lp.mapping else "")
-                + "one 'omp parallel' region around this sequential loop: its parallel "
-                "loops share one thread team (no fork/join per iteration)"))
+            self.regions(node.for_get_body(), True)
+            return
+        mapping = ((lp.mapping + "; " if lp.mapping else "")
+                   + "one 'omp parallel' region around this sequential loop: its parallel "
+                   "loops share one thread team (no fork/join per iteration)")
         self.regions(node.for_get_body(), True)
+        shared = self.shared_loops(node.for_get_body())
+        extents = tuple(self.loops[loop_key(n)].facts.extent for n in shared)
+        if all(not _has_loop(n.for_get_body()) for n in shared) \
+                and not any(e is None for e in extents):
+            mapping += (f"; its shared loops are innermost (one loop's work per barrier): "
+                        f"threads only from {THIN_WORK} iterations on")
+        else:
+            extents = ()
+        self.loops[key] = dataclasses.replace(lp, region="open", mapping=mapping,
+                                              region_if=extents)
+
+    def shared_loops(self, node: isl.AstNode) -> list:
+        """The for-nodes of worksharing ('omp for') loops at or below ``node``."""
+        lp = self.loops.get(loop_key(node)) if loop_key(node) is not None else None
+        if lp is not None and lp.region == "for":
+            return [node]
+        return [n for c in ast_children(node) for n in self.shared_loops(c)]
 
     def threads_below(self, node: isl.AstNode) -> bool:
         """An 'omp parallel for' loop at or below ``node``."""
