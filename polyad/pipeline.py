@@ -179,7 +179,8 @@ def compile_kernel(ir_kernel: ir.Kernel, options: Options = Options(),
     with ir.internal_errors("scheduling", ir_kernel):
         if scheduled is None:
             scheduled = schedule_kernel(
-                ir_kernel, lambda cand: target.score(target.plan(cand, options)), clock)
+                ir_kernel, lambda cand: target.score(target.plan(cand, options)), clock,
+                unit_stride=getattr(target, "unit_stride_schedule", False))
     n = len(scheduled.kernel.statements)
     with clock.stage("plan", n), ir.internal_errors(f"planning ({options.target})", ir_kernel):
         plan = target.plan(scheduled, options)

@@ -288,7 +288,8 @@ def loop_key(node: isl.AstNode) -> Optional[str]:
 
 def schedule_kernel(kernel: ir.Kernel,
                     score: Callable[[ScheduleCandidate], tuple[int, int]],
-                    clock: Optional[StageClock] = None) -> ScheduledKernel:
+                    clock: Optional[StageClock] = None,
+                    unit_stride: bool = False) -> ScheduledKernel:
     """Split, prove bounds, compute dependences, build the AST of ``kernel`` with loop facts.
 
     ``score(candidate) -> (parallel, looped)``: how many statements a target
@@ -296,6 +297,9 @@ def schedule_kernel(kernel: ir.Kernel,
     plan decides; this stage knows no target). The program order is kept
     unless it leaves looped statements sequential and ISL's own schedule
     scores more parallel statements. ``clock`` times the stages.
+    ``unit_stride``: reorder permutable bands so that inner loops walk arrays
+    along their rows (``locality.unit_stride_bands``; for targets where one
+    thread runs a whole inner loop), kept when it scores as parallel.
     """
     clock = clock or StageClock(kernel.name)
     n = len(kernel.statements)
@@ -330,7 +334,7 @@ def schedule_kernel(kernel: ir.Kernel,
     origin = "program order"
     parallel, looped = score(chosen)
     isl_schedule = None
-    strided = has_strided_inner_loop(split)
+    strided = unit_stride and has_strided_inner_loop(split)
     if parallel < looped or strided:
         # some loop nest runs sequentially, or walks an array against its layout: ask
         # ISL for a schedule (which the unit-stride pass below can then reorder)
@@ -349,7 +353,7 @@ def schedule_kernel(kernel: ir.Kernel,
                 origin = "program order (the ISL schedule is not more parallel)"
     decisions: list = []
     isl_chosen = origin.startswith("ISL")
-    if isl_schedule is not None and (strided or isl_chosen):
+    if unit_stride and isl_schedule is not None and (strided or isl_chosen):
         base = chosen.schedule if isl_chosen else isl_schedule
         with clock.stage("unit stride", n):
             local, decisions = unit_stride_bands(base, split)

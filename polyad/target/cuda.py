@@ -73,12 +73,13 @@ class CudaLoopPlan:
     two_pass: bool = False
     mapping: str = ""
     simd: bool = False
+    region: str = ""  # no OpenMP-style parallel regions: each grid is its own launch
 
     @property
     def private(self) -> tuple:
         return self.facts.private
 
-    def pragma(self, names, size_text) -> None:
+    def pragma(self, names, size_text, ast_text=None) -> None:
         """CUDA loops carry no directive (the grid is the emitter's launch)."""
         return None
 
@@ -269,10 +270,11 @@ class CudaTarget:
 
     source_suffix = ".cu"
     dialect = CUDA
-    # Schedule candidates are scored as the OpenMP target scores them (statements
-    # in parallel loops): the same choice for both, so a kernel compiled for
-    # both is scheduled once.
-    schedule_family = "openmp"
+    # Schedules of its own: the OpenMP target reorders bands for unit-stride inner loops
+    # (one thread walks a row), which would give a grid of strips here, where adjacent
+    # threads on adjacent columns are what coalesces.
+    schedule_family = "cuda"
+    unit_stride_schedule = False
     # what `polyad emit` writes beside the .cu (it includes polyad_cuda.h)
     runtime_headers = (CUDA_INCLUDE / "polyad_cuda.h", CUDA_INCLUDE / "polyad_cuda_sim.h")
     header_note = (

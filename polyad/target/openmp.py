@@ -441,6 +441,8 @@ class OpenMPTarget:
     name = "openmp"
     source_suffix = ".c"
     dialect = C99
+    # one thread streams a row best: the schedule stage reorders bands for unit stride
+    unit_stride_schedule = True
 
     def plan(self, scheduled, options) -> OpenMPPlan:
         return plan(scheduled, options.deterministic)
