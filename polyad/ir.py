@@ -30,7 +30,14 @@ from .errors import ArgumentError, InternalError, ShapeError, TypeSpecError
 
 @dataclass(frozen=True)
 class DType:
-    """A scalar element type: ``name`` (f32, f64, i32, i64, bool), C type, numpy dtype."""
+    """A scalar element type: ``name`` (f32, f64, i32, i64, bool, bit), C type, numpy dtype.
+
+    ``bit`` (``bits == 1``) is the one packed type: a ``bit`` array stores its elements
+    in row-major order 32 to a ``uint32_t`` word (``c_type``/``np_name`` name the word),
+    so it takes ``storage_bytes`` rather than one C object per element. The emitters
+    read and write it through ``pa_bit_get``/``pa_bit_set``; only derived kernels make
+    such arrays (tapes of branch flags).
+    """
 
     name: str
     c_type: str
@@ -41,6 +48,19 @@ class DType:
     @property
     def np(self) -> np.dtype:
         return np.dtype(self.np_name)
+
+    @property
+    def packed(self) -> bool:
+        """Several elements per C object (``bit``; ``bool`` is one ``int`` each)."""
+        return self.name == "bit"
+
+    def storage_elements(self, count: int) -> int:
+        """C objects (``c_type``) holding ``count`` elements of an array of this type."""
+        return -(-count // BIT_WORD) if self.packed else count
+
+    def storage_bytes(self, count: int) -> int:
+        """Bytes of an array of ``count`` elements of this type."""
+        return self.storage_elements(count) * self.np.itemsize
 
     def __repr__(self) -> str:
         return self.name
@@ -64,6 +84,8 @@ f64 = DType("f64", "double", "float64", True, 64)
 i32 = DType("i32", "int32_t", "int32", False, 32)
 i64 = DType("i64", "int64_t", "int64", False, 64)
 boolean = DType("bool", "int", "bool", False, 1)
+bit = DType("bit", "uint32_t", "uint32", False, 1)
+BIT_WORD = 32   # elements of a ``bit`` array per uint32_t word
 DTYPES = {d.name: d for d in (f32, f64, i32, i64)}
 
 

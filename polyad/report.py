@@ -132,6 +132,10 @@ def _temp(t: ir.Temp) -> dict:
     for ext in t.type.shape:
         elements = Binary("*", elements, ext, ir.i64)
         size = Binary("*", size, ext, ir.i64)
+    if t.type.dtype.packed:   # whole 4-byte words of 32 elements
+        size = Binary("*", Const(t.type.dtype.np.itemsize, ir.i64),
+                      Binary("//", Binary("+", elements, Const(ir.BIT_WORD - 1, ir.i64), ir.i64),
+                             Const(ir.BIT_WORD, ir.i64), ir.i64), ir.i64)
     return {"name": t.name, "type": repr(t.type), "zero_filled": t.zero,
             "role": t.role, "tape": t.role == "tape",
             "elements": ir.expr_str(ir.fold_integer_constants(elements)),

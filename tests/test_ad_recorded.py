@@ -5,7 +5,9 @@ overwritten before the reverse sweep reads them.
   increments of a factorization record nothing, a recurrent cell tapes its
   state per step, not per step and row, the five reads of a stencil step
   share one slice of the array per step, floyd-warshall's reads are all
-  overwritten and its tape holds the branch each ``min`` took);
+  overwritten and its tape holds the branch each ``min`` took, one bit each,
+  packed 32 to a word: gradients at flag counts that fill no whole word, at 1
+  and 2 threads, and on cuda-sim);
 * gradients equal to central finite differences (float64) and to the
   untrimmed derivation (``exact_tapes=False``: the structural checks alone) at
   sizes 1-6, and on the whole AD corpus;
@@ -164,9 +166,72 @@ def test_floyd_warshall_records_every_comparison():
         assert not r["final"] and points(r["recorded"], 5) == 125
     # the adjoint of min needs the branch taken, not the three values compared
     (tape,) = tapes(fw, wrt)
-    assert repr(tape.type) == "i32[N, N, N]" and tape.holds.startswith("which branch (")
+    assert repr(tape.type) == "bit[N, N, N]" and tape.holds.startswith("which branch (")
+    assert tape.zero        # pa_bit_set only ORs the 1 bits in
     assert {r["tape"] for r in recs} == {tape.name}
     assert len(tapes(fw, wrt, exact=False)) == 3
+
+
+def test_floyd_warshall_flags_packed_one_bit_each():
+    fw, wrt = KERNELS["floyd-warshall"]
+    g = pa.grad(fw, wrt)
+    (entry,) = ad.tape_report(g.ir, {"N": 800})
+    assert entry["type"] == "bit[N, N, N]" and entry["bytes"] == 800 ** 3 // 8
+    # 7^3 = 343 flags: 11 words of 32 bits (the last one partly used)
+    assert ad.tape_report(g.ir, {"N": 7})[0]["bytes"] == 11 * 4
+    text = pa.explain(g)
+    tapes_section = text.split("\ntapes (")[1].split("\n\n")[0]
+    assert "bit[N, N, N] = N * N * N / 8 bytes: which branch (" in tapes_section
+    assert "total: N * N * N / 8 bytes" in tapes_section
+    source = pa.compile(g).source
+    assert "pa_bit_set(tape_S0_branch, " in source and "pa_bit_get(tape_S0_branch, " in source
+    assert "#pragma omp atomic\n    words[i >> 5] |= 1u << (i & 31);" in source
+
+
+def shortcut_distances(n: int, rng) -> dict:
+    """Floyd-warshall inputs where many ``min`` take the path through ``k`` and many do
+    not (``make_args``'s distances in [1, 2) never shortcut: every flag would be 1)."""
+    P = rng.uniform(1.0, 10.0, (n, n))
+    if n >= 3:
+        result = fw_forward(P)
+        assert 0 < np.count_nonzero(result != P) < n * n - n    # both branches taken
+    return dict(P=P, W=rng.standard_normal((n, n)))
+
+
+def fw_forward(P):
+    P = np.copy(P)
+    for k in range(len(P)):
+        P = np.minimum(P, P[:, k:k + 1] + P[k:k + 1, :])
+    return P
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("n", [5, 7, 9])
+def test_floyd_warshall_bit_flags_at_any_word_fill(n, threads):
+    """125, 343 and 729 flags: none a multiple of 32, so the last word is partly used,
+    and rows of the tape straddle words that neighbouring threads set bits of."""
+    fw, wrt = KERNELS["floyd-warshall"]
+    args = shortcut_distances(n, np.random.default_rng(n))
+    with pa.num_threads(threads):
+        value, grad = run(pa.value_and_grad(fw, wrt), **copied(args))
+    ref_value, ref_grad = run(untrimmed(fw, wrt), **copied(args))
+    assert value == pytest.approx(ref_value, rel=1e-13, abs=1e-13)
+    assert_close(grad, ref_grad, 1e-12, 1e-13, what=f"n={n}, {threads} threads vs untrimmed")
+    assert_close(grad, fd_grad(scalar_fn(fw, args), args, wrt), 1e-6, 1e-7,
+                 what=f"n={n}, {threads} threads vs finite differences")
+
+
+@pytest.mark.parametrize("n", [1, 3, 6, 7])
+def test_floyd_warshall_bit_flags_on_cuda_sim(n):
+    fw, wrt = KERNELS["floyd-warshall"]
+    args = shortcut_distances(n, np.random.default_rng(10 + n))
+    g = pa.grad(fw, wrt)
+    sim = pa.compile(g, target="cuda-sim")
+    assert "atomicOr(&words[i >> 5], 1u << (i & 31));" in sim.source
+    got = g.package(sim(**copied(args)))
+    ref = run(DerivedKernel(ad.grad_kernel(fw.ir, wrt, exact_tapes=False), "grad", fw, wrt),
+              **copied(args))
+    assert_close(got, ref, 1e-12, 1e-13, what=f"cuda-sim n={n} vs untrimmed")
 
 
 # ---------------------------------------------------------------------------
@@ -255,7 +320,7 @@ ASAN_SCRIPT = textwrap.dedent('''
         kernel, wrt = KERNELS[name]
         g = pa.grad(kernel, wrt)
         c = pa.compile(g, sanitize="address")
-        for n in (1, 3, 6):
+        for n in (1, 3, 6, 7):
             args = make_args(name, n, rng, steps=4)
             got = g.package(c(**{{k: np.copy(v) if isinstance(v, np.ndarray) else v
                                   for k, v in args.items()}}))

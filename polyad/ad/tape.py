@@ -34,7 +34,9 @@ read touches the element it read, the adjoint reads the final array after all.
 Otherwise, in order of preference:
 
 * the condition of ``a if c else b`` (``min``, ``max``, ``abs``...) whose
-  compared values are overwritten is taped as an i32 flag: the adjoint needs
+  compared values are overwritten is taped as one bit (an ``ir.bit`` array,
+  packed 32 flags to a word, zero-filled; a store sets its bit with an atomic OR
+  since neighbouring flags may be stored by other threads): the adjoint needs
   the branch taken, not the values;
 * reads of one array under the same outer loops that see the same value for
   the same element share one tape indexed by those loops and the element
@@ -50,8 +52,6 @@ from __future__ import annotations
 
 import dataclasses
 from typing import Optional
-
-import numpy as np
 
 from .. import ir
 from ..ir import Binary, Expr, Load, LoopVar, ScalarRef
@@ -159,9 +159,9 @@ class Resolver:
 
     def tape_conditions(self, e: Expr, leaf: Leaf) -> Expr:
         """``e`` with the condition of every ``a if cond else b`` that reads an overwritten
-        array element replaced by a taped i32 flag: the adjoint of ``min``/``max``/``if``
-        needs which branch was taken, not the values compared (4 bytes per instance
-        instead of 8 per value read). Off with the structural checks alone (the reference
+        array element replaced by a taped flag: the adjoint of ``min``/``max``/``if``
+        needs which branch was taken, not the values compared (one bit per instance
+        instead of 8 bytes per value read). Off with the structural checks alone (the reference
         the trimmed tapes are tested against)."""
         if self.exact is None:
             return e
@@ -182,15 +182,15 @@ class Resolver:
         if key not in self.tapes:
             st = leaf.stmt
             holds = f"which branch ({ir.expr_str(cond)}) of: {st.source} (line {st.line})"
-            ref = self._new_tape(leaf.path, ir.i32, f"{st.name}_branch", holds)
-            flag = ir.Select(cond, ir.Const(1, ir.i32), ir.Const(0, ir.i32), ir.i32)
+            ref = self._new_tape(leaf.path, ir.bit, f"{st.name}_branch", holds, zero=True)
+            flag = ir.Select(cond, ir.Const(1, ir.bit), ir.Const(0, ir.bit), ir.bit)
             self.tape_before.setdefault(leaf.path, []).append(
                 Item(ref, "=", flag, st.conditions, None, st.line, f"tape: {holds}"))
             reads = {ir.expr_str(ld) for ld in ir.loads(cond)}
             for r in self.records:
                 if r["leaf"] == leaf.index and r["read"] in reads and not r["final"]:
                     r["tape"] = ref.array if isinstance(ref, Load) else ref.name
-            self.tapes[key] = Binary("!=", ref, ir.Const(0, ir.i32), ir.boolean)
+            self.tapes[key] = Binary("!=", ref, ir.Const(0, ir.bit), ir.boolean)
         return self.tapes[key]
 
     def scalar_value(self, ref: ScalarRef, leaf: Leaf) -> Expr:
@@ -398,17 +398,18 @@ class Resolver:
         return lo, hi
 
     def _new_tape(self, path: tuple, dtype: ir.DType, base: str, holds: str,
-                  drop=()) -> Expr:
+                  drop=(), zero: bool = False) -> Expr:
         """A tape of ``dtype`` values stored at node ``path``: a scalar local, or an array
-        over the bounding box of the loops around it but those at positions ``drop``;
-        ``holds``: its content, for reports."""
+        over the bounding box of the loops around it but those at positions ``drop``
+        (``zero``: zero-filled before the kernel runs); ``holds``: its content, for
+        reports."""
         box = [b for d, b in enumerate(self._bbox(path)) if d not in set(drop)]
         name = self.names.fresh(f"{TAPE_PREFIX}{base}")
         if not box:
             self.tape_scalars.append((name, dtype))
             return ScalarRef(name, dtype)
         at = ir.ArrayType(dtype, tuple(ext for _, ext in box))
-        self.tape_arrays.append(ir.Temp(name, at, False, "tape", holds))
+        self.tape_arrays.append(ir.Temp(name, at, zero, "tape", holds))
         return Load(name, tuple(ix for ix, _ in box), dtype)
 
     # Tape stores run under the affine conditions of the point they tape, never under a
@@ -542,7 +543,7 @@ def tape_report(k: ir.Kernel, sizes=None) -> list[dict]:
             n = 1
             for ext in t.type.shape:
                 n *= max(0, _eval_int(ext, sizes))
-            nbytes = n * np.dtype(t.type.dtype.np_name).itemsize
+            nbytes = t.type.dtype.storage_bytes(n)
         out.append({"name": t.name, "type": repr(t.type), "what": t.holds, "bytes": nbytes})
     return out
 

@@ -163,12 +163,16 @@ class _Emitter:
     def statement(self, st: ir.Statement, indent: str, atomic: bool):
         """Print one (substituted) statement, guarded and/or atomic as needed."""
         p = self.printer
-        target = self.target_text(st)
         value = p.expr(st.expr, self.names)
-        if atomic:
-            lines = self.dialect.atomic_update(target, st.op, value)
+        packed = p.store(st.target, value, self.names) if isinstance(st.target, Load) else None
+        if packed is not None:
+            if st.op != "=":
+                raise ValueError(f"{st.name}: a packed array is only assigned, not {st.op!r}")
+            lines = [packed + ";"]   # pa_bit_set is atomic itself
+        elif atomic:
+            lines = self.dialect.atomic_update(self.target_text(st), st.op, value)
         else:
-            lines = [f"{target} {st.op} {value};"]
+            lines = [f"{self.target_text(st)} {st.op} {value};"]
         lines[-1] += self.comment(st)
         if st.guard is not None:
             self.out(indent, f"if ({p.expr(st.guard, self.names)}) {{")

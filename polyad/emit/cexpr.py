@@ -51,13 +51,29 @@ _TYPED_HELPERS = {
 }
 
 
+# Element i of a packed ``bit`` array (ir.bit) is bit i % 32 of word i / 32. The schedule
+# sees one element per store, so neighbouring elements - one word - may be stored by
+# different threads (a chunk boundary, or threads along the innermost loop): the store ORs
+# its bit in atomically. The array is zero-filled, so a 0 needs no store at all.
+C_BIT_HELPERS = """\
+static inline int pa_bit_get(const uint32_t *words, int64_t i) { return (words[i >> 5] >> (i & 31)) & 1u; }
+static inline void pa_bit_set(uint32_t *words, int64_t i, int value)
+{
+  if (value) {
+    #pragma omp atomic
+    words[i >> 5] |= 1u << (i & 31);
+  }
+}"""
+
+
 @dataclass(frozen=True)
 class Dialect:
     """How one C-family language spells what the printers emit.
 
     ``restrict``: the no-alias pointer qualifier; ``function_qualifier``:
     what precedes helper and device functions; ``math``: intrinsic name ->
-    (float spelling, double spelling); ``atomic_update`` prints an update
+    (float spelling, double spelling); ``bit_helpers``: the C of ``pa_bit_get`` and
+    ``pa_bit_set`` (packed ``bit`` arrays); ``atomic_update`` prints an update
     that concurrent iterations may race on. A target with another language
     (CUDA) passes its own ``Dialect`` (subclass it to change the atomics).
     """
@@ -66,6 +82,8 @@ class Dialect:
     restrict: str = "restrict"
     function_qualifier: str = "static inline"
     math: Mapping = field(default_factory=lambda: dict(C_MATH))
+
+    bit_helpers: str = C_BIT_HELPERS
 
     def atomic_update(self, target: str, op: str, value: str) -> list[str]:
         """The lines of ``target op= value`` made atomic (no trailing comment)."""
@@ -128,7 +146,20 @@ class CPrinter:
         return self.expr(ir.fold_integer_constants(out), env)
 
     def load(self, ld: Load, env) -> str:
-        return f"{self.array_names.get(ld.array, ld.array)}[{self.index(ld, env)}]"
+        name = self.array_names.get(ld.array, ld.array)
+        if self.kernel.array_type(ld.array).dtype.packed:
+            self.helpers["bit"] = self.dialect.bit_helpers
+            return f"pa_bit_get({name}, {self.index(ld, env)})"
+        return f"{name}[{self.index(ld, env)}]"
+
+    def store(self, target: Load, value: str, env) -> Optional[str]:
+        """The C statement storing ``value`` into a packed array's element ``target``
+        (``pa_bit_set``, no trailing ``;``), None for other arrays (a plain assignment)."""
+        if not self.kernel.array_type(target.array).dtype.packed:
+            return None
+        self.helpers["bit"] = self.dialect.bit_helpers
+        name = self.array_names.get(target.array, target.array)
+        return f"pa_bit_set({name}, {self.index(target, env)}, {value})"
 
     def expr(self, e: Expr, env: Mapping[str, str], prec: int = 0) -> str:
         text, p = self._expr(e, env)

@@ -41,9 +41,20 @@ from .cexpr import Dialect
 UNKNOWN_EXTENT = 1024
 
 
+# pa_bit_get/pa_bit_set (see cexpr.C_BIT_HELPERS) on the device: atomicOr on the word.
+CUDA_BIT_HELPERS = """\
+static __device__ inline int pa_bit_get(const uint32_t *words, int64_t i) { return (words[i >> 5] >> (i & 31)) & 1u; }
+static __device__ inline void pa_bit_set(uint32_t *words, int64_t i, int value)
+{
+  if (value)
+    atomicOr(&words[i >> 5], 1u << (i & 31));
+}"""
+
+
 @dataclass(frozen=True)
 class CudaDialect(Dialect):
-    """CUDA C++: ``__restrict__``, host-and-device helpers, ``atomicAdd`` updates."""
+    """CUDA C++: ``__restrict__``, host-and-device helpers, ``atomicAdd`` updates,
+    ``atomicOr`` into packed ``bit`` arrays."""
 
     def atomic_update(self, target: str, op: str, value: str) -> list[str]:
         if op not in ("+=", "-="):
@@ -52,7 +63,8 @@ class CudaDialect(Dialect):
 
 
 CUDA = CudaDialect(name="cuda", restrict="__restrict__",
-                   function_qualifier="static __host__ __device__ inline")
+                   function_qualifier="static __host__ __device__ inline",
+                   bit_helpers=CUDA_BIT_HELPERS)
 
 
 def _device_decl(decl: str) -> str:

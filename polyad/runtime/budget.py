@@ -71,10 +71,13 @@ def human(n: float) -> str:
 
 
 def size_formula(t: ir.Temp) -> str:
-    """``8 * N * (N - 1)``: bytes of temporary ``t`` as a formula of the sizes."""
-    return " * ".join([str(t.type.dtype.bits // 8)]
-                      + [f"({ir.expr_str(e)})" if any(c in ir.expr_str(e) for c in "+-")
-                         else ir.expr_str(e) for e in t.type.shape])
+    """``8 * N * (N - 1)``: bytes of temporary ``t`` as a formula of the sizes
+    (``N * N * N / 8`` for a packed ``bit`` array, rounded up to whole 4-byte words)."""
+    extents = [f"({ir.expr_str(e)})" if any(c in ir.expr_str(e) for c in "+-")
+               else ir.expr_str(e) for e in t.type.shape]
+    if t.type.dtype.packed:
+        return " * ".join(extents or ["1"]) + " / 8"
+    return " * ".join([str(t.type.dtype.bits // 8)] + extents)
 
 
 def check(kernel: ir.Kernel, nbytes: list[int], sizes: dict, memory=None) -> None:

@@ -281,9 +281,10 @@ class CudaKernel(KernelFunction):
     def _launch(self, arrays, scalars, sizes, ints, outs):
         k, rt, ffi = self.kernel, self.runtime, self._ffi
         owned: list[int] = []  # device buffers this call allocated
-        temp_bytes = [int(np.prod([max(0, ir.eval_integer(e, {**sizes, **ints}))
-                                   for e in t.type.shape], dtype=np.int64))
-                      * np.dtype(t.type.dtype.np).itemsize for t in k.temps]
+        temp_bytes = [t.type.dtype.storage_bytes(
+                          int(np.prod([max(0, ir.eval_integer(e, {**sizes, **ints}))
+                                       for e in t.type.shape], dtype=np.int64)))
+                      for t in k.temps]
         if k.temps:   # device memory is scarcer still: the same budget, before any alloc
             budget.check(k, temp_bytes, {**sizes, **ints}, self.memory_budget)
         try:

@@ -18,6 +18,7 @@ the plan's guards implement.
 
 from __future__ import annotations
 
+import math
 import threading
 from dataclasses import dataclass
 from typing import Callable, Optional
@@ -77,6 +78,16 @@ def _compile_shape(shape: tuple, slot: dict, clamp: bool = False) -> Callable[[l
                              f"and integer parameters")
     items = "".join((f"max(0, {p}), " if clamp else f"{p}, ") for p in parts)
     return eval(f"lambda v: ({items})", {})  # noqa: S307 (our own text)
+
+
+def _storage_shape(at: ir.ArrayType, slot: dict) -> Callable[[list], tuple]:
+    """The shape of the numpy buffer holding an array of type ``at``, as a function of the
+    value list: the array's own shape, or for a packed dtype its words in one dimension."""
+    shape = _compile_shape(at.shape, slot, clamp=True)
+    if not at.dtype.packed:
+        return shape
+    words = at.dtype.storage_elements
+    return lambda v: (words(math.prod(shape(v))),)
 
 
 def _solve_into(v: list, slot: int, fn: Callable[[list], int], n: int) -> bool:
@@ -227,9 +238,9 @@ class KernelFunction:
         self._specs = tuple(self._spec(p) for p in kernel.params)
         self._nvalues = len(self._slot)
         self._nsizes = len(kernel.sizes)
-        # Per temporary: dtype, zero-filled, shape (negative extents -> 0), cffi type.
-        self._temps = tuple((t.type.dtype.np, t.zero,
-                             _compile_shape(t.type.shape, self._slot, clamp=True),
+        # Per temporary: dtype, zero-filled, storage shape (negative extents -> 0; a packed
+        # ``bit`` array: its words, flat), cffi type.
+        self._temps = tuple((t.type.dtype.np, t.zero, _storage_shape(t.type, self._slot),
                              ffi.typeof(t.type.dtype.c_type + "[]")) for t in kernel.temps)
         self._out_indices = tuple(i for i, p in enumerate(kernel.params) if p.intent == "out")
         self._result_type = (None if kernel.result is None else

@@ -70,6 +70,7 @@ static inline float atomicAdd(float *p, float v) { return pa_atomic_add(p, v); }
 static inline double atomicAdd(double *p, double v) { return pa_atomic_add(p, v); }
 static inline int32_t atomicAdd(int32_t *p, int32_t v) { return pa_atomic_add(p, v); }
 static inline int64_t atomicAdd(int64_t *p, int64_t v) { return pa_atomic_add(p, v); }
+static inline uint32_t atomicOr(uint32_t *p, uint32_t v) { uint32_t old = *p; *p = old | v; return old; }
 
 /* Threads run one after the other, so each adds its partial directly. */
 template <typename T> static inline void pa_reduce_add(T *global, T partial) { *global += partial; }
