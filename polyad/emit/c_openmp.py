@@ -23,6 +23,7 @@ import islpy as isl
 from .. import ir
 from ..ir import Load
 from ..schedule.merge import MergedUpdate, merge_updates
+from ..schedule.simplify import simplify_run
 from ..version import __version__ as POLYAD_VERSION
 from .cexpr import AST_HELPERS, C99, CPrinter, Dialect, ast_expr_c, ast_expr_ir
 
@@ -233,6 +234,7 @@ class _Emitter:
 
     def statements(self, run: list, indent: str, atomic: frozenset):
         """Print a run of consecutive statements of one block, as the merge pass groups them."""
+        run = simplify_run(run, atomic, frozenset(self.func_names))
         for item in merge_updates(run, atomic):
             if isinstance(item, MergedUpdate):
                 self.merged(item, indent)
