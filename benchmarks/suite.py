@@ -214,10 +214,18 @@ def polyad_impl(case: Case):
     return fwd, grad
 
 
+# The hand-written rows; ratios (/hw) are taken to the fastest of them in the same run.
+HAND_WRITTEN = ("hand-written C", "hand C line-buf")
+
+
 def implementations(case: Case, with_jax: bool = True, with_torch: bool = True) -> list[Impl]:
     out = []
     f, g = handwritten(case.bench, case.inputs)
-    out.append(Impl("hand-written C", f, g))
+    out.append(Impl(HAND_WRITTEN[0], f, g))
+    if case.bench.startswith("deconv"):
+        # the line-buffered gradient (no full-size temporaries); its forward is the same code
+        _, g = baselines.make_deconv_line_buffered(*case.inputs, wrt="".join(case.wrt))
+        out.append(Impl(HAND_WRITTEN[1], "-", g))
     f, g = polyad_impl(case)
     out.append(Impl("polyad", f, g))
     f, g = numpy_impl(case.bench, case.inputs)
