@@ -18,6 +18,7 @@ from ..progress import StageClock
 from .cleanup import fuse_zero_initialization, remove_dead_statements
 from .distribute import expand_and_distribute
 from .gather import ascending_order_free_nests, scatter_to_gather, small_target
+from .loop_order import unit_stride_innermost
 from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, dependences,
                     split_boundary_pieces)
 
@@ -100,6 +101,7 @@ class ScheduledKernel:
     removed_statements: tuple = ()
     expansions: dict = field(default_factory=dict)
     fused_initializations: tuple = ()
+    loop_orders: dict = field(default_factory=dict)  # statement -> loop order decision
 
     def statement(self, name: str) -> ir.Statement:
         return self._by_name[name]
@@ -291,6 +293,8 @@ def schedule_kernel(kernel: ir.Kernel,
     with clock.stage("scatter to gather", len(split.statements)):
         split, gather_decisions = scatter_to_gather(split, model.for_kernel(split))
         split, fused = fuse_zero_initialization(split)
+    with clock.stage("loop order", len(split.statements)):
+        split, loop_orders = unit_stride_innermost(split)
     n = len(split.statements)
     model = model.for_kernel(split)
     with clock.stage("bounds", n):
@@ -319,7 +323,8 @@ def schedule_kernel(kernel: ir.Kernel,
             else:
                 origin = "program order (the ISL schedule is not more parallel)"
     return ScheduledKernel(split, model, deps, chosen.schedule, chosen.ast, chosen.loops,
-                           requirements, gather_decisions, origin, dead, expansions, fused)
+                           requirements, gather_decisions, origin, dead, expansions, fused,
+                           loop_orders)
 
 
 def _program_order_schedule(model: PolyModel) -> isl.Schedule:

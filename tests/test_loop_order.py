@@ -1,0 +1,169 @@
+"""``schedule.loop_order`` and the OpenMP plan's per-lane partial sums, on the conv layer.
+
+The conv-layer gradient ends in two order-free nests (the gather of ``d_x``
+and the privatized filter gradient ``d_w``) whose innermost loop runs over
+3 taps. The schedule must move the pixel-row loop ``v`` innermost (a
+decision ``pa.explain`` shows), the plan must sum ``d_w`` along the row in
+per-lane accumulators, and the results must match the reference interpreter,
+with rows long enough for the lane blocks and their remainders, in the
+default and the deterministic mode.
+"""
+
+import numpy as np
+import pytest
+
+import polyad as pa
+from polyad import ir
+from polyad.pipeline import Options, compile_kernel
+from polyad.schedule.loop_order import unit_stride_innermost
+from polyad.target.openmp import plan
+from polyad.testing import interpret
+
+B, CI, CO, H, W = pa.sizes("B CI CO H W")
+M, N = pa.sizes("M N")
+
+
+@pa.kernel
+def conv_cost(x: pa.f64[B, CI, H, W].zero, w: pa.f64[CO, CI, 3, 3],
+              y: pa.f64[B, CO, H, W]) -> pa.f64:
+    C = 0.0
+    for b in range(B):
+        for co in range(CO):
+            for h in range(H):
+                for v in range(W):
+                    s = 0.0
+                    for ci in range(CI):
+                        for kh in range(3):
+                            for kw in range(3):
+                                s += w[co, ci, kh, kw] * x[b, ci, h + kh - 1, v + kw - 1]
+                    r = max(s, 0.0) - y[b, co, h, v]
+                    C += r * r
+    return C
+
+
+@pa.kernel
+def conv_cost32(x: pa.f32[B, CI, H, W].zero, w: pa.f32[CO, CI, 3, 3],
+                y: pa.f32[B, CO, H, W]) -> pa.f32:
+    C = 0.0
+    for b in range(B):
+        for co in range(CO):
+            for h in range(H):
+                for v in range(W):
+                    s = 0.0
+                    for ci in range(CI):
+                        for kh in range(3):
+                            for kw in range(3):
+                                s += w[co, ci, kh, kw] * x[b, ci, h + kh - 1, v + kw - 1]
+                    r = max(s, 0.0) - y[b, co, h, v]
+                    C += r * r
+    return C
+
+
+@pa.kernel
+def row_sums(x: pa.f64[M, N], out: pa.Out(pa.f64[M, 3])):
+    # order-free (only += into out, which the nest does not read): v moves innermost
+    for m in range(M):
+        for n in range(N):
+            for k in range(3):
+                out[m, k] += x[m, n] * float(k)
+
+
+@pa.kernel
+def prefix_rows(x: pa.f64[M, N], out: pa.Out(pa.f64[M, N])):
+    # reads the array it adds into: not order-free, the order stays
+    for m in range(M):
+        for n in range(1, N):
+            for k in range(2):
+                out[m, n] += out[m, n - 1] * 0.5 + x[m, n] * float(k)
+
+
+def _scheduled(kernel, deterministic=False):
+    return compile_kernel(kernel.ir, Options(deterministic=deterministic)).scheduled
+
+
+def test_conv_gradient_nests_get_the_pixel_row_innermost():
+    grad = pa.grad(conv_cost, wrt=["w", "x"])
+    sk = _scheduled(grad)
+    moved = {st.owner: st for st in sk.kernel.statements
+             if st.owner in sk.loop_orders and "moved innermost" in sk.loop_orders[st.owner]}
+    targets = {st.target.array for st in moved.values()}
+    assert targets == {"d_w", "d_x"}, sk.loop_orders
+    for st in moved.values():
+        assert st.loops[-1].var == "v"
+        assert [lp.var for lp in st.loops[-3:-1]] == ["kh", "kw"]
+        assert "loop v moved innermost" in sk.loop_orders[st.owner]
+    # the nest that recomputes the forward sum into a scalar is not order-free
+    kept = [why for why in sk.loop_orders.values() if why.startswith("loop order kept")]
+    assert kept and all("not an update" in why for why in kept)
+    # each reordered statement has a nest of its own
+    assert len({st.position[0] for st in moved.values()}) == 2
+    text = pa.explain(grad)
+    assert "loop v moved innermost (unit stride in d_x[b, ci, h, v])" in text
+    assert "per-lane partial sums: 16 lanes" in text
+
+
+@pytest.mark.parametrize("kernel, lanes", [(conv_cost, 16), (conv_cost32, 32)])
+def test_filter_gradient_sums_along_the_row_in_lanes(kernel, lanes):
+    grad = pa.grad(kernel, wrt=["w", "x"])
+    p = plan(_scheduled(grad))
+    lane_loops = [lp for lp in p.loops.values() if lp.lane_sums]
+    assert lane_loops and all(lp.lane_sums == lanes and lp.iterator == "v" and not lp.simd
+                              and not lp.privatized for lp in lane_loops)
+    src = grad.source
+    assert "reduction(+:d_w[0:CO * CI * 3 * 3])" in src  # the thread loop's private copies
+    assert src.count("#pragma omp simd reduction(+:d_w") == 0  # not per row
+    assert f"d_w_lanes[{lanes}] = {{0}};" in src
+    assert "d_w_lanes[v_lane] += d_s_expanded[" in src
+    # d_x is a plain vector loop over the row
+    lines = src.splitlines()
+    k = next(k for k, line in enumerate(lines) if line.strip().startswith("d_x[((b * CI + ci)"))
+    assert lines[k - 1].strip().startswith("for (int64_t v = ")
+    assert lines[k - 2].strip() == "#pragma omp simd"
+    # deterministic: no reassociating lanes
+    assert not any(lp.lane_sums for lp in plan(_scheduled(grad, True), True).loops.values())
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_reordered_conv_gradient_matches_the_interpreter(deterministic):
+    grad = pa.grad(conv_cost, wrt=["w", "x"])
+    fn = pa.compile(grad, deterministic=deterministic)
+    rng = np.random.default_rng(11)
+    for b, ci, co, h, w in [(1, 1, 1, 1, 1), (1, 2, 3, 4, 16), (1, 1, 2, 3, 17),
+                            (2, 3, 2, 5, 37), (1, 2, 2, 2, 50)]:
+        x = rng.standard_normal((b, ci, h, w))
+        wt = rng.standard_normal((co, ci, 3, 3))
+        y = rng.standard_normal((b, co, h, w))
+        dw, dx = fn(x, wt, y)
+        _, want = interpret(grad.ir, dict(x=x.copy(), w=wt.copy(), y=y),
+                            dict(B=b, CI=ci, CO=co, H=h, W=w))
+        np.testing.assert_allclose(dw, want["d_w"], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(dx, want["d_x"], rtol=1e-12, atol=1e-12)
+
+
+def test_order_free_rule_on_small_kernels():
+    k, decisions = unit_stride_innermost(row_sums.ir)
+    (st,) = k.statements
+    assert [lp.var for lp in st.loops] == ["m", "k", "n"]
+    assert "loop n moved innermost (unit stride in x[m, n])" in decisions[st.name]
+    x = np.random.default_rng(12).standard_normal((3, 40))
+    want = x.sum(axis=1)[:, None] * np.arange(3.0)
+    np.testing.assert_allclose(row_sums(x), want, rtol=1e-12)
+    k2, decisions2 = unit_stride_innermost(prefix_rows.ir)
+    assert k2 is prefix_rows.ir
+    assert all("reads an array the nest writes" in why for why in decisions2.values())
+
+
+def test_statements_writing_one_array_are_not_distributed():
+    """Two statements adding into one array in one nest keep their order (their terms
+    would interleave differently in two nests)."""
+    i, n, kk = ir.LoopVar("i"), ir.LoopVar("n"), ir.LoopVar("k")
+    loops = (ir.Loop("i", ir.Const(0, ir.i64), ir.SizeVar("M")),
+             ir.Loop("n", ir.Const(0, ir.i64), ir.SizeVar("N")),
+             ir.Loop("k", ir.Const(0, ir.i64), ir.Const(3, ir.i64)))
+    x = ir.Load("x", (i, n))
+    s1 = ir.Statement("S1", loops, (0, 0, 0, 0), (), None, ir.Load("o", (i, kk)), "+=", x)
+    s2 = ir.Statement("S2", loops, (0, 0, 0, 1), (), None, ir.Load("o", (i, kk)), "+=", x)
+    kernel = ir.Kernel("k", (ir.Param("x", ir.f64[M, N]), ir.Param("o", ir.f64[M, 3], "inout")),
+                       ("M", "N"), (), (), (s1, s2))
+    out, decisions = unit_stride_innermost(kernel)
+    assert out is kernel and decisions == {}
