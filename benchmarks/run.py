@@ -188,7 +188,8 @@ def cold_compile(dtype: str) -> dict:
 # ---------------------------------------------------------------------------
 
 def run_case(case: suite.Case, timer: Timer, args) -> dict:
-    impls = suite.implementations(case, with_jax=not args.no_jax, with_torch=not args.no_torch)
+    impls = suite.implementations(case, with_jax=not args.no_jax, with_torch=not args.no_torch,
+                                  with_torch_compile=not args.no_torch_compile)
     ref_cost, ref_grad = suite.reference_results(case)
     rows = []
     calls = {}
@@ -419,6 +420,9 @@ def parse_args(argv=None):
                          "on a machine shared with other work)")
     ap.add_argument("--no-jax", action="store_true", help="skip JAX even when installed")
     ap.add_argument("--no-torch", action="store_true", help="skip PyTorch even when installed")
+    ap.add_argument("--no-torch-compile", action="store_true",
+                    help="skip the torch.compile row of the float32 conv layer (its first call "
+                         "compiles for a minute or more)")
     ap.add_argument("--no-cold-compile", action="store_true",
                     help="skip the cold compile-time measurement")
     ap.add_argument("--json", metavar="FILE", help="also write all numbers as JSON")

@@ -218,7 +218,8 @@ def polyad_impl(case: Case):
 HAND_WRITTEN = ("hand-written C", "hand C line-buf")
 
 
-def implementations(case: Case, with_jax: bool = True, with_torch: bool = True) -> list[Impl]:
+def implementations(case: Case, with_jax: bool = True, with_torch: bool = True,
+                    with_torch_compile: bool = True) -> list[Impl]:
     out = []
     f, g = handwritten(case.bench, case.inputs)
     out.append(Impl(HAND_WRITTEN[0], f, g))
@@ -244,6 +245,10 @@ def implementations(case: Case, with_jax: bool = True, with_torch: bool = True) 
             out.append(Impl("torch autograd", f, g))
         else:
             out.append(Impl("torch autograd", f"n/a ({why})", f"n/a ({why})"))
+        if ok and with_torch_compile and case.bench.startswith("conv") and case.dtype == "f32":
+            # torch.compile's float32 conv-layer gradient: the compiler polyad must match
+            out.append(Impl("torch.compile", "-", frameworks.make_torch_compile(
+                case.kernel, case.inputs, case.wrt_index)))
     return out
 
 
