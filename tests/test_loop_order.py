@@ -167,3 +167,29 @@ def test_statements_writing_one_array_are_not_distributed():
                        ("M", "N"), (), (), (s1, s2))
     out, decisions = unit_stride_innermost(kernel)
     assert out is kernel and decisions == {}
+
+
+@pa.kernel
+def moments(x: pa.f64[M, N], out: pa.Out(pa.f64[4, 2])):
+    for m in range(M):
+        for n in range(N):
+            out[0, 0] += x[m, n]
+            out[1, 1] -= x[m, n] * x[m, n]
+            out[0, 0] += 2.0 * x[m, n]
+
+
+def test_lane_sums_into_several_elements_with_remainders():
+    """Two accumulators in one lane loop (a '-=' among them), rows shorter than, equal to
+    and longer than a block of lanes."""
+    src = moments.source
+    assert "out_lanes[16] = {0};" in src and "out_lanes2[16] = {0};" in src
+    assert "for (; n + 15 < N; n += 16) {" in src
+    assert "out_lanes2[n_lane] -= x[m * N + (n + n_lane)] * x[m * N + (n + n_lane)];" in src
+    rng = np.random.default_rng(13)
+    for shape in [(1, 1), (3, 15), (2, 16), (3, 17), (4, 33), (2, 64)]:
+        x = rng.standard_normal(shape)
+        out = moments(x)
+        want = np.zeros((4, 2))
+        want[0, 0] = 3.0 * x.sum()
+        want[1, 1] = -(x * x).sum()
+        np.testing.assert_allclose(out, want, rtol=1e-12, atol=1e-12)

@@ -308,7 +308,10 @@ class _Emitter:
         rel = "<=" if cond.get_op_type() == T.le else "<"
         body = node.for_get_body()
         users = [body] if body.get_type() == isl.ast_node_type.user else _flat_block(body)
+        taken = set(self.names.values()) | set(iters.values())
         lane = name + "_lane"
+        while lane in taken:
+            lane = "_" + lane
         self.shift = (name, lane)
         shifted = [self.user_statement(u, iters) for u in users]
         self.shift = None
@@ -319,8 +322,11 @@ class _Emitter:
         sums: dict = {}
         for st in plain:
             if st.target not in sums:
-                base = self.names.get(st.target.array, st.target.array) + "_lanes"
-                sums[st.target] = base + (str(len(sums) + 1) if sums else "")
+                acc = self.names.get(st.target.array, st.target.array) + "_lanes"
+                acc += str(len(sums) + 1) if sums else ""
+                while acc in taken:
+                    acc = "_" + acc
+                sums[st.target] = acc
         c_type = self.k.array_type(plain[0].target.array).dtype.c_type
         inner = indent + "  "
         self.out(indent, "{")
@@ -328,8 +334,7 @@ class _Emitter:
             self.out(inner, f"{c_type} {acc}[{n}] = {{0}};  // per-lane partial sums of "
                             f"{self.printer.load(target, self.names)} along {name}")
         self.out(inner, f"int64_t {name} = {init};")
-        last = n - 1 if rel == "<=" else n
-        self.out(inner, f"for (; {name} + {last} {rel} {bound}; {name} += {n}) {{")
+        self.out(inner, f"for (; {name} + {n - 1} {rel} {bound}; {name} += {n}) {{")
         self.out(inner + "  ", "#pragma omp simd")
         self.out(inner + "  ", f"for (int64_t {lane} = 0; {lane} < {n}; {lane}++) {{")
         self.target_override = {t: f"{acc}[{lane}]" for t, acc in sums.items()}

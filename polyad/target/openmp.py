@@ -175,6 +175,13 @@ def _order_dependent(facts: LoopFacts, kernel: ir.Kernel) -> str:
     return ", ".join(floats)
 
 
+def _flat_body(node: isl.AstNode) -> list:
+    """The nodes of a loop body, nested blocks (mere sequences) spliced in."""
+    if node.get_type() != isl.ast_node_type.block:
+        return [node]
+    return [n for kid in ast_children(node) for n in _flat_body(kid)]
+
+
 def _small(facts: LoopFacts) -> bool:
     """At most SMALL_LOOP iterations whatever the sizes."""
     return facts.trip_count_bound is not None and facts.trip_count_bound <= SMALL_LOOP
@@ -254,9 +261,7 @@ class _Planner:
         if (below or threads or shared or not privatized or self.deterministic
                 or not facts.parallel or facts.private or facts.reductions):
             return 0
-        body = node.for_get_body()
-        users = ([body] if body.get_type() == isl.ast_node_type.user else
-                 ast_children(body) if body.get_type() == isl.ast_node_type.block else [])
+        users = _flat_body(node.for_get_body())
         if not users or any(u.get_type() != isl.ast_node_type.user for u in users):
             return 0
         dtypes = set()
