@@ -15,7 +15,7 @@ import pytest
 import polyad as pa
 from polyad import ir
 from polyad.pipeline import Options, compile_kernel
-from polyad.schedule.loop_order import unit_stride_innermost
+from polyad.schedule.loop_order import expand_reduction_rows, unit_stride_innermost
 from polyad.target.openmp import plan
 from polyad.testing import interpret
 
@@ -92,9 +92,9 @@ def test_conv_gradient_nests_get_the_pixel_row_innermost():
         assert st.loops[-1].var == "v"
         assert [lp.var for lp in st.loops[-3:-1]] == ["kh", "kw"]
         assert "loop v moved innermost" in sk.loop_orders[st.owner]
-    # the nest that recomputes the forward sum into a scalar is not order-free
-    kept = [why for why in sk.loop_orders.values() if why.startswith("loop order kept")]
-    assert kept and all("not an update" in why for why in kept)
+    # the nest that recomputes the forward sum keeps it per point along the row
+    (rows,) = [why for why in sk.loop_orders.values() if why.startswith("scalar s kept")]
+    assert "s_rows[b, co, h, v]" in rows and "the loop v is innermost" in rows
     # each reordered statement has a nest of its own
     assert len({st.position[0] for st in moved.values()}) == 2
     text = pa.explain(grad)
@@ -193,3 +193,73 @@ def test_lane_sums_into_several_elements_with_remainders():
         want[0, 0] = 3.0 * x.sum()
         want[1, 1] = -(x * x).sum()
         np.testing.assert_allclose(out, want, rtol=1e-12, atol=1e-12)
+
+
+@pa.kernel
+def blur_rows(x: pa.f64[M, N].clamped, f: pa.f64[5], y: pa.Out(pa.f64[M, N])):
+    for m in range(M):
+        for n in range(N):
+            s = 0.0
+            for k in range(5):
+                s += f[k] * x[m, n + k - 2]
+            y[m, n] = s * s
+
+
+@pa.kernel
+def sum_reads_output(x: pa.f64[M, N], y: pa.Out(pa.f64[M, N])):
+    for m in range(M):
+        for n in range(N):
+            s = 0.0
+            for k in range(3):
+                s += y[m, k] + x[m, n]
+            y[m, n] = s
+
+
+@pa.kernel
+def blur_1d(x: pa.f64[N].clamped, f: pa.f64[5], y: pa.Out(pa.f64[N])):
+    for n in range(N):
+        s = 0.0
+        for k in range(5):
+            s += f[k] * x[n + k - 2]
+        y[n] = s
+
+
+def test_per_point_sums_run_along_the_row():
+    """The conv forward and a blur: the scalar sum over the taps lives in a row array,
+    the taps loop outside the vector loop over the row; values as the interpreter's."""
+    for kernel in (conv_cost, blur_rows):
+        sk = _scheduled(kernel)
+        (why,) = sk.loop_orders.values()
+        assert why.startswith("scalar s kept per point in s_rows[")
+        assert any(t.name == "s_rows" and t.role == "expansion" for t in sk.kernel.temps)
+    src = conv_cost.source
+    k = src.index("s_rows[((b * CO + co) * H + h) * W + v] += w[")
+    assert src[:k].rstrip().splitlines()[-2:] == [
+        "                  #pragma omp simd",
+        "                  for (int64_t v = pa_imax(0, (-kw + 1)); "
+        "v <= pa_imin((W - 1), (W - kw)); v++) {"]
+    rng = np.random.default_rng(14)
+    for deterministic in (False, True):
+        fn = pa.compile(conv_cost, deterministic=deterministic)
+        for b, ci, co, h, w in [(1, 1, 1, 1, 1), (2, 2, 3, 3, 37), (1, 3, 2, 5, 16)]:
+            x = rng.standard_normal((b, ci, h, w))
+            wt = rng.standard_normal((co, ci, 3, 3))
+            y = rng.standard_normal((b, co, h, w))
+            want, _ = interpret(conv_cost.ir, dict(x=x, w=wt, y=y),
+                                dict(B=b, CI=ci, CO=co, H=h, W=w))
+            np.testing.assert_allclose(fn(x, wt, y), want, rtol=1e-12)
+    x, f = rng.standard_normal((4, 23)), rng.standard_normal(5)
+    _, want = interpret(blur_rows.ir, dict(x=x, f=f), dict(M=4, N=23))
+    np.testing.assert_array_equal(blur_rows(x, f), want["y"])  # same sums, same order
+
+
+def test_per_point_sums_stay_when_the_parts_share_data():
+    # the sum reads y, which the statement after it writes: no row expansion
+    _, decisions = expand_reduction_rows(sum_reads_output.ir)
+    assert decisions == {}
+    # one shared loop: the split would cut the nest itself; left alone
+    _, decisions = expand_reduction_rows(blur_1d.ir)
+    assert decisions == {}
+    x = np.random.default_rng(15).standard_normal((3, 5))
+    _, want = interpret(sum_reads_output.ir, dict(x=x), dict(M=3, N=5))
+    np.testing.assert_allclose(sum_reads_output(x), want["y"], rtol=1e-12)

@@ -18,7 +18,7 @@ from ..progress import StageClock
 from .cleanup import fuse_zero_initialization, remove_dead_statements
 from .distribute import expand_and_distribute
 from .gather import ascending_order_free_nests, scatter_to_gather, small_target
-from .loop_order import unit_stride_innermost
+from .loop_order import expand_reduction_rows, unit_stride_innermost
 from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, dependences,
                     split_boundary_pieces)
 
@@ -294,7 +294,9 @@ def schedule_kernel(kernel: ir.Kernel,
         split, gather_decisions = scatter_to_gather(split, model.for_kernel(split))
         split, fused = fuse_zero_initialization(split)
     with clock.stage("loop order", len(split.statements)):
-        split, loop_orders = unit_stride_innermost(split)
+        split, loop_orders = expand_reduction_rows(split, model)
+        split, reordered = unit_stride_innermost(split)
+        loop_orders.update(reordered)
     n = len(split.statements)
     model = model.for_kernel(split)
     with clock.stage("bounds", n):

@@ -210,3 +210,141 @@ def _apply(kernel: ir.Kernel, new_order: dict) -> ir.Kernel:
             st = dataclasses.replace(st, position=(shift[pos],) + st.position[1:])
         out.append(st)
     return dataclasses.replace(kernel, statements=tuple(out))
+
+
+def expand_reduction_rows(kernel: ir.Kernel, model=None) -> tuple[ir.Kernel, dict[str, str]]:
+    """Vectorize a per-point sum over small constant loops along the row it is computed for.
+
+    A convolution computes, for each output point of a row, a scalar sum over its taps::
+
+        for b, co, h, v:  s = 0;  for ci, kh, kw: s += w[...] * x[..., v + kw - 1];  r = f(s) ...
+
+    The innermost loop runs over 3 taps. When ``s`` carries no value between
+    iterations of the shared loops (``b, co, h, v``), it can live in an array
+    ``s_rows[b, co, h, v]``; the body of ``v`` then splits into three loops
+    over ``v`` (what comes before the sum, the sum, what comes after), and in
+    the sum's nest ``v`` moves innermost::
+
+        for b, co, h:  for v: s_rows[..] = 0;  for ci, kh, kw: for v: s_rows[..] += ...;
+                       for v: r = f(s_rows[..]) ...
+
+    Legality: the three parts only communicate through ``s`` (now
+    ``s_rows``, one element per iteration of the shared loops): every other
+    scalar or array the nest writes is used by one part only, and the sum
+    reads nothing the nest writes. So running each part for the whole row
+    before the next changes no value; inside the sum's nest the terms of one
+    element keep their order (``ci, kh, kw``), so the sums are the same bit
+    for bit. Only nests with at least two shared loops (the split stays
+    inside the nest) and a sum whose innermost loop is small and constant
+    (the case where the row is worth it) are rewritten. Returns the kernel and
+    decisions (owner statement name -> text).
+    """
+    from ..poly import dependences, model_of
+    from .distribute import _expansion_shape, _private_to_iterations
+    from .nests import common_depth
+
+    decisions: dict[str, str] = {}
+    locals_ = dict(kernel.locals)
+    result = kernel.result[0] if kernel.result else None
+    for pos, nest in sorted(loop_nests(kernel).items()):
+        c = common_depth(nest)
+        if c < 2:
+            continue
+        plan = _row_split(nest, c, result)
+        if plan is None:
+            continue
+        s, sums = plan
+        shape = _expansion_shape(nest[0].loops[:c])
+        if shape is None:
+            continue
+        deps = dependences(model_of(kernel, model), variables={s}, flow_only=frozenset({s}))
+        if not _private_to_iterations(s, {st.name for st in nest}, c, deps):
+            continue
+        taken = ({p.name for p in kernel.params} | {t.name for t in kernel.temps}
+                 | set(locals_))
+        name = f"{s}_rows"
+        while name in taken:
+            name = "_" + name
+        kernel = _apply_rows(kernel, pos, c, s, name, shape, locals_[s], sums)
+        owner = sums[0].owner
+        loops = ", ".join(lp.var for lp in nest[0].loops[:c])
+        decisions[owner] = (
+            f"scalar {s} kept per point in {name}[{loops}]: the loop over "
+            f"{nest[0].loops[c - 1].var} runs three times (before, the sum, after), and in "
+            f"the sum the loop {nest[0].loops[c - 1].var} is innermost (the sum's own loops "
+            f"{', '.join(lp.var for lp in sums[0].loops[c:])} outside it); the terms of each "
+            f"sum keep their order")
+    return kernel, decisions
+
+
+def _row_split(nest: list, c: int, result):
+    """(scalar, sum statements) when the nest has the row-sum shape, else None."""
+    inner = [st for st in nest if len(st.loops) > c]
+    if not inner:
+        return None
+    targets = {st.target.name if isinstance(st.target, ScalarRef) else None for st in inner}
+    slots = {st.position[c] for st in inner}
+    if len(targets) != 1 or None in targets or len(slots) != 1:
+        return None
+    (s,) = targets
+    (slot,) = slots
+    if s == result or any(st.op not in ("+=", "-=") or st.guard is not None
+                          or st.reads_variable(s) for st in inner):
+        return None
+    u = nest[0].loops[c - 1]
+    if _trip(u) is not None or u.step <= 0:
+        return None
+    for st in inner:
+        trip = _trip(st.loops[-1])
+        if trip is None or trip > SMALL_TRIP:
+            return None
+        if any(_uses(b, {u.var}) for lp in st.loops[c:] for b in (lp.lo, lp.hi)):
+            return None
+    before = [st for st in nest if len(st.loops) == c and st.position[c] < slot]
+    after = [st for st in nest if len(st.loops) == c and st.position[c] > slot]
+    if len(before) + len(after) + len(inner) != len(nest):
+        return None
+    if not any(st.target == ScalarRef(s, st.target.dtype) and st.op == "="
+               for st in before if isinstance(st.target, ScalarRef)):
+        return None  # s must start from a value assigned in each iteration
+    parts = [before, inner, after]
+
+    def used(st):
+        return st.read_names() | {st.target_name}
+
+    for k, part in enumerate(parts):
+        written = {st.target_name for st in part} - {s}
+        others = [st for j, p in enumerate(parts) if j != k for st in p]
+        if any(written & used(st) for st in others):
+            return None
+    return s, inner
+
+
+def _apply_rows(kernel: ir.Kernel, pos: int, c: int, s: str, name: str, shape: tuple,
+                dtype: ir.DType, sums: list) -> ir.Kernel:
+    index = None
+    sum_names = {st.name for st in sums}
+    out = []
+    for st in kernel.statements:
+        if not (st.loops and st.position[0] == pos):
+            out.append(st)
+            continue
+        if index is None:
+            index = tuple(LoopVar(lp.var) for lp in st.loops[:c])
+        row = Load(name, index, dtype)
+
+        def fn(x):
+            return row if isinstance(x, ScalarRef) and x.name == s else None
+
+        target = row if isinstance(st.target, ScalarRef) and st.target.name == s else st.target
+        part = 1 if st.name in sum_names else (0 if st.position[c] < sums[0].position[c] else 2)
+        position = st.position[:c - 1] + (3 * st.position[c - 1] + part,) + st.position[c:]
+        loops = st.loops
+        if st.name in sum_names:
+            loops = st.loops[:c - 1] + st.loops[c:] + (st.loops[c - 1],)
+        out.append(dataclasses.replace(
+            st, target=target, expr=ir.map_expr(st.expr, fn), loops=loops, position=position,
+            guard=None if st.guard is None else ir.map_expr(st.guard, fn)))
+    temp = ir.Temp(name, ir.ArrayType(dtype, shape), zero=False, role="expansion",
+                   holds=f"the scalar {s} per iteration of the loops around its sum")
+    return dataclasses.replace(kernel, statements=tuple(out), temps=kernel.temps + (temp,))
