@@ -33,6 +33,12 @@ void deconv_grad_f(const real *x, const real *f, const real *y, int64_t M, int64
                    real *df, real *t, real *r);
 void deconv_grad_xf(const real *x, const real *f, const real *y, int64_t M, int64_t N,
                     real *dx, real *df, real *t, real *r);
+void deconv_grad_x_lb(const real *x, const real *f, const real *y, int64_t M, int64_t N,
+                      real *dx);
+void deconv_grad_f_lb(const real *x, const real *f, const real *y, int64_t M, int64_t N,
+                      real *df);
+void deconv_grad_xf_lb(const real *x, const real *f, const real *y, int64_t M, int64_t N,
+                       real *dx, real *df);
 """
 
 CONV_CDEF = """
@@ -135,6 +141,36 @@ def make_deconv(x, f, y, wrt="xf"):
         L.lib.deconv_grad_xf(px, pf, py, M, N, pdx, pdf, pt, pr)
         return (dx, df)
     return fwd, {"x": grad_x, "f": grad_f, "xf": grad_xf}[wrt]
+
+
+def make_deconv_line_buffered(x, f, y, wrt="xf"):
+    """The line-buffered gradient (no full-size temporaries): ``grad()`` only; ``wrt`` as
+    for ``make_deconv``. Returns (forward, grad) with the forward of ``make_deconv``
+    (the forward is the same code)."""
+    dt = _dtype_of(x)
+    L = _lib("deconv", DECONV_CDEF, dt)
+    ct = cbuild.CTYPE[dt]
+    M, N = x.shape
+    dx = np.zeros_like(x)
+    df = np.zeros_like(f)
+    px, pf, py, pdx, pdf = (L.ptr(a, ct) for a in (x, f, y, dx, df))
+    keep = [x, f, y, dx, df]
+
+    def grad_x():
+        assert keep  # hold the buffers, not only pointers to them
+        L.lib.deconv_grad_x_lb(px, pf, py, M, N, pdx)
+        return (dx,)
+
+    def grad_f():
+        assert keep
+        L.lib.deconv_grad_f_lb(px, pf, py, M, N, pdf)
+        return (df,)
+
+    def grad_xf():
+        assert keep
+        L.lib.deconv_grad_xf_lb(px, pf, py, M, N, pdx, pdf)
+        return (dx, df)
+    return make_deconv(x, f, y, wrt)[0], {"x": grad_x, "f": grad_f, "xf": grad_xf}[wrt]
 
 
 def make_conv(x, w, y, wrt="wx"):

@@ -110,6 +110,10 @@ def check_baselines(c: Checker, dtype: str) -> None:
         both = gxf()
         c.expect(f"C deconv grad (x, f) {dtype} {shape}",
                  max(rel_err(both[0], rx), rel_err(both[1], rf)), tol)
+        for wrt, want in (("x", (rx,)), ("f", (rf,)), ("xf", (rx, rf))):
+            got = baselines.make_deconv_line_buffered(*inp, wrt=wrt)[1]()
+            c.expect(f"C deconv grad line-buffered ({wrt}) {dtype} {shape}",
+                     max(rel_err(a, b) for a, b in zip(got, want)), tol)
     for shape in SHAPES["conv"]:
         inp = suite.make_inputs("conv_x", shape, dtype, rng)
         fwd, gx = baselines.make_conv(*inp, wrt="x")

@@ -180,3 +180,26 @@ def make_torch(kernel: str, inputs: tuple, wrt_index: tuple):
     def grad():
         return tuple(g.numpy() for g in torch.autograd.grad(cost(*gargs), leaves))
     return fwd, grad
+
+
+def make_torch_compile(kernel: str, inputs: tuple, wrt_index: tuple):
+    """grad() of ``torch.compile`` (inductor, C++ on CPU) of the autograd gradient: the
+    compiler that blocks channels into registers and vectorizes the conv layer. The
+    first call compiles (a minute or more here); only the gradient is compiled."""
+    import numpy as np
+    torch = _torch
+    cost = _torch_costs()[kernel]
+    args = [torch.from_numpy(a) if isinstance(a, np.ndarray) else a for a in inputs]
+
+    def gradient(*xs):
+        xs = list(xs)
+        leaves = []
+        for i in wrt_index:
+            xs[i] = xs[i].detach().requires_grad_(True)
+            leaves.append(xs[i])
+        return torch.autograd.grad(cost(*xs), leaves)
+    compiled = torch.compile(gradient)
+
+    def grad():
+        return tuple(g.numpy() for g in compiled(*args))
+    return grad

@@ -214,10 +214,19 @@ def polyad_impl(case: Case):
     return fwd, grad
 
 
-def implementations(case: Case, with_jax: bool = True, with_torch: bool = True) -> list[Impl]:
+# The hand-written rows; ratios (/hw) are taken to the fastest of them in the same run.
+HAND_WRITTEN = ("hand-written C", "hand C line-buf")
+
+
+def implementations(case: Case, with_jax: bool = True, with_torch: bool = True,
+                    with_torch_compile: bool = True) -> list[Impl]:
     out = []
     f, g = handwritten(case.bench, case.inputs)
-    out.append(Impl("hand-written C", f, g))
+    out.append(Impl(HAND_WRITTEN[0], f, g))
+    if case.bench.startswith("deconv"):
+        # the line-buffered gradient (no full-size temporaries); its forward is the same code
+        _, g = baselines.make_deconv_line_buffered(*case.inputs, wrt="".join(case.wrt))
+        out.append(Impl(HAND_WRITTEN[1], "-", g))
     f, g = polyad_impl(case)
     out.append(Impl("polyad", f, g))
     f, g = numpy_impl(case.bench, case.inputs)
@@ -236,6 +245,10 @@ def implementations(case: Case, with_jax: bool = True, with_torch: bool = True) 
             out.append(Impl("torch autograd", f, g))
         else:
             out.append(Impl("torch autograd", f"n/a ({why})", f"n/a ({why})"))
+        if ok and with_torch_compile and case.bench.startswith("conv") and case.dtype == "f32":
+            # torch.compile's float32 conv-layer gradient: the compiler polyad must match
+            out.append(Impl("torch.compile", "-", frameworks.make_torch_compile(
+                case.kernel, case.inputs, case.wrt_index)))
     return out
 
 

@@ -189,6 +189,7 @@ def _statements(k: ir.Kernel, sk: ScheduledKernel) -> list[dict]:
             "pieces": [_piece(sk, p) for p in pieces[st.name]],
             "scatter_to_gather": {n: why for n, why in sorted(sk.gather_decisions.items())
                                   if any(p.piece_of(n) for p in pieces[st.name])},
+            "loop_order": sk.loop_orders.get(st.name),
         })
     return out
 
@@ -384,6 +385,7 @@ class _Outline:
             "carried": info.carried, "reductions": dict(sorted(info.reductions.items())),
             "private": sorted(info.private), "atomic": sorted(lp.atomic),
             "privatized": {a: ir.expr_str(n) for a, n in sorted(lp.privatized.items())},
+            "lane_sums": getattr(lp, "lane_sums", 0),
             "why": loop_reasons(lp, self.sk)})
         self.walk(node.for_get_body(), depth + 1, names)
 
@@ -450,6 +452,8 @@ def _text(d: dict) -> str:
                 lines.append(f"        domain {p['domain']}")
         for name, why in st["scatter_to_gather"].items():
             lines.append(f"    scatter-to-gather of {name}: {why}")
+        if st["loop_order"]:
+            lines.append(f"    {st['loop_order']}")
 
     _section(lines, "dependences (between scheduled statements)")
     partial = {var: kinds for var, kinds in d["dependences_computed"].items()

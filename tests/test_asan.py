@@ -147,6 +147,98 @@ SCRIPT = textwrap.dedent(
     '''
 )
 
+# The benchmark gradients (benchmarks/kernels.py, float64) whose emitted code the
+# simplification and loop-order passes rewrite: run instrumented on small and
+# degenerate shapes, compared with the reference interpreter.
+GRADIENT_SCRIPT = textwrap.dedent(
+    '''
+    import numpy as np
+    import polyad as pa
+    from polyad.testing import interpret
+
+    M, N = pa.sizes("M N")
+    B, CI, CO, H, W = pa.sizes("B CI CO H W")
+
+
+    @pa.kernel
+    def tv_cost(g: pa.f64[M, N].clamped, b: pa.f64[M, N], lam: pa.f64) -> pa.f64:
+        C = 0.0
+        for m in range(M):
+            for n in range(N):
+                C += (g[m, n] - b[m, n]) ** 2
+                C += lam * abs(g[m, n - 1] - g[m, n])
+                C += lam * abs(g[m - 1, n] - g[m, n])
+        return C
+
+
+    @pa.kernel
+    def deconv_cost(x: pa.f64[M, N].clamped, f: pa.f64[5], y: pa.f64[M, N]) -> pa.f64:
+        t = pa.empty(pa.f64[M, N].clamped)
+        for m in range(M):
+            for n in range(N):
+                t[m, n] = (f[0] * x[m, n - 2] + f[1] * x[m, n - 1] + f[2] * x[m, n]
+                           + f[3] * x[m, n + 1] + f[4] * x[m, n + 2])
+        C = 0.0
+        for m in range(M):
+            for n in range(N):
+                r = (f[0] * t[m - 2, n] + f[1] * t[m - 1, n] + f[2] * t[m, n]
+                     + f[3] * t[m + 1, n] + f[4] * t[m + 2, n]) - y[m, n]
+                C += r * r
+        return C
+
+
+    @pa.kernel
+    def conv_cost(x: pa.f64[B, CI, H, W].zero, w: pa.f64[CO, CI, 3, 3],
+                  y: pa.f64[B, CO, H, W]) -> pa.f64:
+        C = 0.0
+        for b in range(B):
+            for co in range(CO):
+                for h in range(H):
+                    for v in range(W):
+                        s = 0.0
+                        for ci in range(CI):
+                            for kh in range(3):
+                                for kw in range(3):
+                                    s += w[co, ci, kh, kw] * x[b, ci, h + kh - 1, v + kw - 1]
+                        r = max(s, 0.0) - y[b, co, h, v]
+                        C += r * r
+        return C
+
+
+    def check(kernel, wrt, args, sizes):
+        grad = pa.grad(kernel, wrt=wrt)
+        got = pa.compile(grad, sanitize="address")(*[a.copy() if isinstance(a, np.ndarray)
+                                                     else a for a in args.values()])
+        got = got if isinstance(got, tuple) else (got,)
+        _, want = interpret(grad.ir, {k: (v.copy() if isinstance(v, np.ndarray) else v)
+                                      for k, v in args.items()}, sizes)
+        for name, value in zip(wrt, got):
+            np.testing.assert_allclose(value, want["d_" + name], rtol=1e-12, atol=1e-12,
+                                       err_msg=f"{kernel.__name__} d_{name} {sizes}")
+
+
+    def main():
+        rng = np.random.default_rng(2)
+        for m, n in [(1, 1), (1, 3), (2, 2), (3, 4), (5, 6), (9, 11)]:
+            check(tv_cost, ["g"], dict(g=rng.standard_normal((m, n)),
+                                       b=rng.standard_normal((m, n)), lam=0.3), dict(M=m, N=n))
+            check(deconv_cost, ["x", "f"], dict(x=rng.standard_normal((m, n)),
+                                                f=rng.standard_normal(5),
+                                                y=rng.standard_normal((m, n))), dict(M=m, N=n))
+        for b, ci, co, h, w in [(1, 1, 1, 1, 1), (1, 2, 3, 2, 5), (2, 2, 2, 4, 37)]:
+            check(conv_cost, ["w", "x"], dict(x=rng.standard_normal((b, ci, h, w)),
+                                              w=rng.standard_normal((co, ci, 3, 3)),
+                                              y=rng.standard_normal((b, co, h, w))),
+                  dict(B=b, CI=ci, CO=co, H=h, W=w))
+        print("ASAN-SCRIPT-OK")
+
+
+    if __name__ == "__main__":
+        main()
+    '''
+)
+
+
 
 def _libasan():
     gcc = shutil.which("gcc")
@@ -157,12 +249,13 @@ def _libasan():
     return path if os.path.isabs(path) and os.path.exists(path) else None
 
 
-def test_asan_kernels_clean(tmp_path, repo_root):
+@pytest.mark.parametrize("script_text", [SCRIPT, GRADIENT_SCRIPT], ids=["kernels", "gradients"])
+def test_asan_kernels_clean(tmp_path, repo_root, script_text):
     libasan = _libasan()
     if libasan is None:
         pytest.skip("gcc with libasan not available")
     script = tmp_path / "asan_kernels.py"
-    script.write_text(SCRIPT)
+    script.write_text(script_text)
     env = dict(os.environ)
     env["LD_PRELOAD"] = libasan
     env["ASAN_OPTIONS"] = "detect_leaks=0"

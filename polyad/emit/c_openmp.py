@@ -23,6 +23,7 @@ import islpy as isl
 from .. import ir
 from ..ir import Load
 from ..schedule.merge import MergedUpdate, merge_updates
+from ..schedule.simplify import simplify_run
 from ..version import __version__ as POLYAD_VERSION
 from .cexpr import AST_HELPERS, C99, CPrinter, Dialect, ast_expr_c, ast_expr_ir
 
@@ -144,6 +145,8 @@ class _Emitter:
         self.printer = CPrinter(self.k, self.func_names, self.names, dialect)
         self.lines: list[str] = []
         self.uses_ast_helpers = False
+        self.target_override: dict = {}  # target element -> C text (per-lane partial sums)
+        self.shift: Optional[tuple] = None  # (iterator, lane): the iterator reads iterator + lane
 
     # ---- statements ------------------------------------------------------
     def substituted(self, st: ir.Statement, args: list) -> ir.Statement:
@@ -158,6 +161,8 @@ class _Emitter:
 
     def target_text(self, st: ir.Statement) -> str:
         t = st.target
+        if t in self.target_override:
+            return self.target_override[t]
         return self.printer.load(t, self.names) if isinstance(t, Load) else self.names[t.name]
 
     def statement(self, st: ir.Statement, indent: str, atomic: bool):
@@ -225,11 +230,18 @@ class _Emitter:
         elif t == isl.ast_node_type.for_:
             self.for_loop(node, indent, iters, atomic)
         elif t == isl.ast_node_type.if_:
+            start = len(self.lines)
             self.out(indent, f"if ({self.ast_c(node.if_get_cond(), iters)}) {{")
             self.walk(node.if_get_then_node(), indent + "  ", iters, atomic, team)
+            then_end = len(self.lines)
             if node.if_has_else_node():
                 self.out(indent, "} else {")
                 self.walk(node.if_get_else_node(), indent + "  ", iters, atomic, team)
+                if len(self.lines) == then_end + 1:  # nothing left in the else branch
+                    del self.lines[then_end:]
+            if len(self.lines) == start + 1:  # nothing left in the branches
+                del self.lines[start:]
+                return
             self.out(indent, "}")
         elif t == isl.ast_node_type.mark:
             self.walk(node.mark_get_node(), indent, iters, atomic, team)
@@ -264,10 +276,15 @@ class _Emitter:
         call = node.user_get_expr()
         name = call.get_op_arg(0).get_id().get_name()
         args = [ast_expr_ir(call.get_op_arg(k), iters) for k in range(1, call.get_op_n_arg())]
+        if self.shift is not None:
+            it, lane = self.shift
+            at = {it: ir.Binary("+", ir.LoopVar(it), ir.LoopVar(lane), ir.i64)}
+            args = [ir.substitute(a, at) for a in args]
         return self.substituted(self.by_name[name], args)
 
     def statements(self, run: list, indent: str, atomic: frozenset):
         """Print a run of consecutive statements of one block, as the merge pass groups them."""
+        run = simplify_run(run, atomic, frozenset(self.func_names))
         for item in merge_updates(run, atomic):
             if isinstance(item, MergedUpdate):
                 self.merged(item, indent)
@@ -288,8 +305,12 @@ class _Emitter:
         init = self.ast_c(node.for_get_init(), iters, loop_bound=True)
         cond = self.ast_c(node.for_get_cond(), iters, loop_bound=True)
         inc = self.ast_c(node.for_get_inc(), iters)
+        if getattr(lp, "lane_sums", 0) and inc == "1" and \
+                self.lane_loop(node, lp, indent, iters, atomic, init):
+            return
         if cond.startswith("(") and cond.endswith(")"):
             cond = cond[1:-1]
+        start = len(self.lines)
         pragma = lp.pragma(self.names, lambda n: self.printer.expr(n, self.names),
                            lambda e: self.ast_c(e, {}))
         if pragma is not None:
@@ -298,9 +319,77 @@ class _Emitter:
             atomic = atomic | lp.atomic
         step = f"{name} += {inc}" if inc != "1" else f"{name}++"
         self.out(indent, f"for (int64_t {name} = {init}; {cond}; {step}) {{")
+        body = len(self.lines)
         self.walk(node.for_get_body(), indent + "  ", iters, atomic,
                   lp.region in ("open", "team"))
+        if len(self.lines) == body:
+            # every statement of the body simplified away (``schedule.simplify``): a loop
+            # without statements does nothing, so neither it nor its directive is printed
+            del self.lines[start:]
+            return
         self.out(indent, "}")
+
+    def lane_loop(self, node, lp, indent: str, iters: dict, atomic: frozenset, init: str) -> bool:
+        """Print a loop that only adds into elements invariant along it (``LoopPlan.lane_sums``)
+        as blocks of lanes, each summing into its own accumulator, then the remainder, then
+        one update of each element; False (nothing printed) when its bound has another form."""
+        cond = node.for_get_cond()
+        T = isl.ast_expr_op_type
+        if (cond.get_type() != isl.ast_expr_type.op or cond.get_op_type() not in (T.le, T.lt)
+                or cond.get_op_arg(0).get_type() != isl.ast_expr_type.id
+                or cond.get_op_arg(0).get_id().get_name()
+                != node.for_get_iterator().get_id().get_name()):
+            return False
+        name, n = lp.iterator, lp.lane_sums
+        bound = self.ast_c(cond.get_op_arg(1), iters)
+        rel = "<=" if cond.get_op_type() == T.le else "<"
+        body = node.for_get_body()
+        users = [body] if body.get_type() == isl.ast_node_type.user else _flat_block(body)
+        taken = set(self.names.values()) | set(iters.values())
+        lane = name + "_lane"
+        while lane in taken:
+            lane = "_" + lane
+        self.shift = (name, lane)
+        shifted = [self.user_statement(u, iters) for u in users]
+        self.shift = None
+        funcs = frozenset(self.func_names)
+        plain = simplify_run([self.user_statement(u, iters) for u in users], atomic, funcs)
+        if not plain:  # every update simplified away: the loop does nothing
+            return True
+        sums: dict = {}
+        for st in plain:
+            if st.target not in sums:
+                acc = self.names.get(st.target.array, st.target.array) + "_lanes"
+                acc += str(len(sums) + 1) if sums else ""
+                while acc in taken:
+                    acc = "_" + acc
+                sums[st.target] = acc
+        c_type = self.k.array_type(plain[0].target.array).dtype.c_type
+        inner = indent + "  "
+        self.out(indent, "{")
+        for target, acc in sums.items():
+            self.out(inner, f"{c_type} {acc}[{n}] = {{0}};  // per-lane partial sums of "
+                            f"{self.printer.load(target, self.names)} along {name}")
+        self.out(inner, f"int64_t {name} = {init};")
+        self.out(inner, f"for (; {name} + {n - 1} {rel} {bound}; {name} += {n}) {{")
+        self.out(inner + "  ", "#pragma omp simd")
+        self.out(inner + "  ", f"for (int64_t {lane} = 0; {lane} < {n}; {lane}++) {{")
+        self.target_override = {t: f"{acc}[{lane}]" for t, acc in sums.items()}
+        self.statements(shifted, inner + "    ", atomic)
+        self.out(inner + "  ", "}")
+        self.out(inner, "}")
+        self.out(inner, f"for (; {name} {rel} {bound}; {name}++) {{")
+        self.target_override = {t: f"{acc}[0]" for t, acc in sums.items()}
+        self.statements(plain, inner + "  ", atomic)
+        self.target_override = {}
+        self.out(inner, "}")
+        for target, acc in sums.items():
+            self.out(inner, f"for (int64_t {lane} = 1; {lane} < {n}; {lane}++) {{")
+            self.out(inner + "  ", f"{acc}[0] += {acc}[{lane}];")
+            self.out(inner, "}")
+            self.out(inner, f"{self.printer.load(target, self.names)} += {acc}[0];")
+        self.out(indent, "}")
+        return True
 
     # ---- whole file ----------------------------------------------------
     def func_source(self, f: ir.FuncDef) -> list[str]:

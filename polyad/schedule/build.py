@@ -19,6 +19,7 @@ from .cleanup import fuse_zero_initialization, remove_dead_statements
 from .distribute import expand_and_distribute
 from .gather import ascending_order_free_nests, scatter_to_gather, small_target
 from .locality import has_strided_inner_loop, unit_stride_bands
+from .loop_order import expand_reduction_rows, unit_stride_innermost
 from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, dependences,
                     split_boundary_pieces)
 
@@ -106,6 +107,7 @@ class ScheduledKernel:
     expansions: dict = field(default_factory=dict)
     fused_initializations: tuple = ()
     schedule_decisions: tuple = ()
+    loop_orders: dict = field(default_factory=dict)  # statement -> loop order decision
 
     def statement(self, name: str) -> ir.Statement:
         return self._by_name[name]
@@ -320,6 +322,10 @@ def schedule_kernel(kernel: ir.Kernel,
     with clock.stage("scatter to gather", len(split.statements)):
         split, gather_decisions = scatter_to_gather(split, model.for_kernel(split))
         split, fused = fuse_zero_initialization(split)
+    with clock.stage("loop order", len(split.statements)):
+        split, loop_orders = expand_reduction_rows(split, model)
+        split, reordered = unit_stride_innermost(split)
+        loop_orders.update(reordered)
     n = len(split.statements)
     model = model.for_kernel(split)
     with clock.stage("bounds", n):
@@ -368,7 +374,7 @@ def schedule_kernel(kernel: ir.Kernel,
                 decisions = []
     return ScheduledKernel(split, model, deps, chosen.schedule, chosen.ast, chosen.loops,
                            requirements, gather_decisions, origin, dead, expansions, fused,
-                           tuple(decisions))
+                           tuple(decisions), loop_orders)
 
 
 def _program_order_schedule(model: PolyModel) -> isl.Schedule:

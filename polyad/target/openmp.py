@@ -43,6 +43,10 @@ THIN_DEPTH = 2
 # sizes), a barrier costing about what a few thousand streamed elements do.
 THIN_WORK = 8192
 
+# Per-lane partial sums span two 512-bit vectors (16 doubles, 32 floats), as the
+# hand-written baselines' LANES: enough independent adds to hide the add latency.
+LANE_BITS = 1024
+
 
 @dataclass(frozen=True)
 class LoopPlan:
@@ -66,7 +70,12 @@ class LoopPlan:
     (``schedule(static, 1)``) instead of in one block per thread.
     ``region_if``: for an ``"open"`` region whose shared loops are all innermost
     (one loop's work between two barriers), their extents (ISL AST expressions in
-    the sizes): the region runs in threads only when one reaches ``THIN_WORK``.
+    the sizes): the region runs in threads only when one reaches ``THIN_WORK``;
+    ``lane_sums``: the loop only adds into elements that do not change along
+    it (a privatized filter gradient ``d_w[co, ci, kh, kw] += ...`` over a
+    pixel row): the emitter runs it in blocks of this many iterations, each
+    lane summing into its own partial accumulator (a vector register), and
+    adds the lanes to the element once after the loop (0: not this form).
     """
 
     facts: LoopFacts
@@ -79,6 +88,7 @@ class LoopPlan:
     region: str = ""
     cyclic: bool = False
     region_if: tuple = ()
+    lane_sums: int = 0
 
     @property
     def reductions(self) -> dict:
@@ -148,6 +158,8 @@ class LoopPlan:
         head = self.directive()
         if self.region == "team":
             return "sequential, run by every thread of the enclosing parallel region"
+        if self.lane_sums:
+            return f"per-lane partial sums: {self.lane_sums} lanes, 'omp simd' across the lanes"
         if head is None:
             return "parallel, runs sequentially" if self.facts.parallel else "sequential"
         if self.region == "open":
@@ -244,6 +256,13 @@ def _has_loop(node: isl.AstNode) -> bool:
     return loop_key(node) is not None or any(_has_loop(c) for c in ast_children(node))
 
 
+def _flat_body(node: isl.AstNode) -> list:
+    """The nodes of a loop body, nested blocks (mere sequences) spliced in."""
+    if node.get_type() != isl.ast_node_type.block:
+        return [node]
+    return [n for kid in ast_children(node) for n in _flat_body(kid)]
+
+
 def _small(facts: LoopFacts) -> bool:
     """At most SMALL_LOOP iterations whatever the sizes."""
     return facts.trip_count_bound is not None and facts.trip_count_bound <= SMALL_LOOP
@@ -299,7 +318,16 @@ class _Planner:
         # combine writes the whole section, so inside a thread loop the section
         # must be that loop's private copy too (else threads race on it).
         shared = set(privatized) - set(enclosing.privatized if enclosing else ())
-        if (not below and facts.parallel and not facts.private and not atomic
+        lanes = self.lane_sums(node, it, facts, privatized, threads, shared, below)
+        if lanes:
+            # per-lane partial sums instead of a 'simd reduction' over the whole array
+            # section (which gcc 12 sets up and combines element by element on every
+            # entry of the loop)
+            lp = LoopPlan(facts, name, threads, False, {}, atomic, mapping + (
+                f"; innermost loop adds into elements invariant along it: per-lane "
+                f"partial sums ({lanes} lanes) into {', '.join(sorted(privatized))}"),
+                lane_sums=lanes)
+        elif (not below and facts.parallel and not facts.private and not atomic
                 and not (enclosing is not None and shared)):
             lp = LoopPlan(facts, name, threads, True, privatized, atomic, cyclic=cyclic,
                           mapping=mapping + (
@@ -307,6 +335,38 @@ class _Planner:
                     " with the reduction clause" if facts.reductions or privatized else "")))
         self.loops[key] = lp
         return True
+
+    def lane_sums(self, node, it: str, facts: LoopFacts, privatized: dict, threads: bool,
+                  shared: set, below: bool) -> int:
+        """How many lanes of partial sums the innermost loop ``node`` gets, or 0.
+
+        Only for a loop whose body is plain statements, each adding (no guard) into
+        an element of a privatized small target whose index does not use the loop
+        (so the element is the same on every iteration), and in the default mode
+        (the lanes reassociate the sum, as the reduction clause it replaces does).
+        """
+        if (below or threads or shared or not privatized or self.deterministic
+                or not facts.parallel or facts.private or facts.reductions):
+            return 0
+        users = _flat_body(node.for_get_body())
+        if not users or any(u.get_type() != isl.ast_node_type.user for u in users):
+            return 0
+        dtypes = set()
+        for u in users:
+            call = u.user_get_expr()
+            st = self.by_name[call.get_op_arg(0).get_id().get_name()]
+            var = [st.loop_vars[k - 1] for k in range(1, call.get_op_n_arg())
+                   if call.get_op_arg(k).get_type() == isl.ast_expr_type.id
+                   and call.get_op_arg(k).get_id().get_name() == it]
+            if (len(var) != 1 or st.op not in ("+=", "-=") or st.guard is not None
+                    or not isinstance(st.target, ir.Load) or st.target.array not in privatized
+                    or any(isinstance(x, ir.LoopVar) and x.name == var[0]
+                           for ix in st.target.index for x in ir.walk(ix))):
+                return 0
+            dtypes.add(self.kernel.array_type(st.target.array).dtype)
+        if len(dtypes) != 1 or not next(iter(dtypes)).is_float:
+            return 0
+        return LANE_BITS // next(iter(dtypes)).bits
 
     def threads(self, node, facts: LoopFacts, atomic: frozenset,
                 enclosing: Optional[LoopPlan], loops_above: int) -> tuple[bool, str]:

@@ -1,0 +1,350 @@
+"""Loop order of order-free nests: the unit-stride loop innermost, small constant loops outside it.
+
+The adjoint of a convolution ends in nests like
+
+    for b, ci, h, v, co, kh, kw:  d_x[b, ci, h, v] += d_s[b, co, h - kh + 1, v - kw + 1] * w[...]
+    for b, co, h, v, ci, kh, kw:  d_w[co, ci, kh, kw] += d_s[b, co, h, v] * x[b, ci, h + kh - 1, v + kw - 1]
+
+whose innermost loop runs over 3 filter taps, so nothing vectorizes along
+the pixel row ``v``. This pass moves the unit-stride loop innermost:
+
+    for b, ci, h, co, kh, kw, v:  d_x[b, ci, h, v] += ...   (a vector loop over a row)
+    for b, co, h, ci, kh, kw, v:  d_w[co, ci, kh, kw] += ... (a vector sum into one element)
+
+Legality. A nest is *order-free* when every statement adds (``+=``/``-=``)
+into an array element and no statement of the nest reads an array the nest
+writes (nor a scalar it writes: it writes none). Then every instance only
+adds a value computed from data the nest does not change, so any order of
+the instances gives the same sums. Moving one loop inward past others keeps
+the relative order of all the other loops, so the terms that one element
+receives still arrive in the same order (the loops that enumerate them keep
+their order): results are the same bit for bit, not just up to rounding.
+A loop moves only when its bounds do not use the loops it passes and theirs
+do not use it. Each statement of a rewritten nest gets a nest of its own
+(distribution: legal for the same reason), unless two of them write one
+array, when the nest is left alone (their terms would interleave
+differently).
+
+When. The innermost loop has a small constant trip count (at most
+``SMALL_TRIP``: filter taps), and another loop whose trip count grows with
+the sizes indexes the last (unit-stride) dimension of the target, or of
+most reads, with coefficient 1 and no other dimension of that access. That
+loop becomes innermost.
+
+The decisions (statement name -> text) are kept in
+``ScheduledKernel.loop_orders`` and shown by ``pa.explain``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from .. import ir
+from ..ir import Binary, Const, Load, LoopVar, ScalarRef, Unary
+from .nests import loop_nests
+
+# Innermost loops with at most this many iterations (whatever the sizes) are not worth
+# keeping innermost when a loop over a row of the data could be.
+SMALL_TRIP = 16
+
+
+def unit_stride_innermost(kernel: ir.Kernel) -> tuple[ir.Kernel, dict[str, str]]:
+    """``kernel`` with the order-free nests reordered (see the module docstring), and the
+    decisions (owner statement name -> what was done and why)."""
+    decisions: dict[str, str] = {}
+    new_order: dict[str, tuple] = {}  # piece name -> its loops, reordered
+    for pos, nest in sorted(loop_nests(kernel).items()):
+        owners = list(dict.fromkeys(st.owner for st in nest))
+        why = _not_order_free(nest)
+        if why:
+            for st in nest:
+                if _reordered(st)[0] is not None:
+                    decisions.setdefault(st.owner, f"loop order kept: {why}")
+            continue
+        moved = {}
+        for st in nest:
+            loops, text = _reordered(st)
+            if loops is not None:
+                moved[st.name] = loops
+                decisions.setdefault(st.owner, text)
+        if not moved:
+            continue
+        writers: dict[str, set] = {}
+        for st in nest:
+            writers.setdefault(st.target.array, set()).add(st.owner)
+        if len(owners) > 1 and any(len(w) > 1 for w in writers.values()):
+            for owner in owners:
+                decisions.pop(owner, None)
+            continue
+        new_order.update(moved)
+    if not new_order:
+        return kernel, {}
+    return _apply(kernel, new_order), decisions
+
+
+def _not_order_free(nest: list) -> str:
+    """Why the nest is not order-free, or ''."""
+    written = set()
+    for st in nest:
+        if not isinstance(st.target, Load) or st.op not in ("+=", "-="):
+            return f"{st.name} is not an update '+=' of an array element"
+        written.add(st.target.array)
+    for st in nest:
+        if any(isinstance(x, Load) and x.array in written or isinstance(x, ScalarRef)
+               and x.name in written for e in st.exprs() for x in ir.walk(e)):
+            return f"{st.name} reads an array the nest writes"
+        if any(lp.step <= 0 for lp in st.loops):
+            return f"{st.name} has a descending loop"
+    return ""
+
+
+def _trip(lp: ir.Loop):
+    """The constant trip count of ``lp``, or None when it depends on sizes or loops."""
+    if isinstance(lp.lo, Const) and isinstance(lp.hi, Const):
+        return max(0, -(-(lp.hi.value - lp.lo.value) // lp.step))
+    return None
+
+
+def _reordered(st: ir.Statement):
+    """(new loops, decision text) moving the unit-stride loop of ``st`` innermost, or (None, '')."""
+    if len(st.loops) < 2:
+        return None, ""
+    inner = st.loops[-1]
+    trip = _trip(inner)
+    if trip is None or trip > SMALL_TRIP:
+        return None, ""
+    unit, where = _unit_stride_loop(st)
+    if unit is None:
+        return None, ""
+    k = st.loop_vars.index(unit)
+    lp = st.loops[k]
+    passed = st.loops[k + 1:]
+    passed_vars = {p.var for p in passed}
+    if any(_uses(b, passed_vars) for b in (lp.lo, lp.hi)) or \
+            any(_uses(b, {unit}) for p in passed for b in (p.lo, p.hi)):
+        return None, ""
+    loops = st.loops[:k] + passed + (lp,)
+    small = [p.var for p in passed if _trip(p) is not None and _trip(p) <= SMALL_TRIP]
+    text = (f"loop {unit} moved innermost (unit stride in {where}); "
+            f"{', '.join(p.var for p in passed)} now outside it "
+            f"({', '.join(small)}: at most {SMALL_TRIP} iterations); "
+            "order-free nest: the sums keep their order")
+    return loops, text
+
+
+def _unit_stride_loop(st: ir.Statement):
+    """(loop variable, access text) of the loop that walks the last dimension of the target,
+    or else of most reads, with coefficient 1; (None, '') when there is none."""
+    sized = {lp.var for lp in st.loops if _trip(lp) is None}
+    var = _unit_var(st.target, sized) if isinstance(st.target, Load) else None
+    if var is not None:
+        return var, ir.expr_str(st.target)
+    votes: dict[str, list] = {}
+    for ld in dict.fromkeys(ir.loads(st.expr)):
+        v = _unit_var(ld, sized)
+        if v is not None:
+            votes.setdefault(v, []).append(ir.expr_str(ld))
+    if not votes:
+        return None, ""
+    var = max(votes, key=lambda v: (len(votes[v]), -st.loop_vars.index(v)))
+    return var, ", ".join(votes[var])
+
+
+def _unit_var(ld: Load, candidates: set):
+    """The candidate loop variable that the last index of ``ld`` adds with coefficient 1
+    and no other index uses, or None."""
+    if not ld.index:
+        return None
+    last = ld.index[-1]
+    for v in sorted(candidates):
+        if _plain_term(last, v) and not any(_uses(e, {v}) for e in ld.index[:-1]):
+            return v
+    return None
+
+
+def _plain_term(e: ir.Expr, var: str, sign: int = 1) -> bool:
+    """Is ``e`` a sum in which ``var`` occurs once, as a term added with sign +?"""
+    if isinstance(e, LoopVar):
+        return e.name == var and sign == 1
+    if isinstance(e, Binary) and e.op in ("+", "-"):
+        a, b = _uses(e.a, {var}), _uses(e.b, {var})
+        if a and b:
+            return False
+        if a:
+            return _plain_term(e.a, var, sign)
+        if b:
+            return _plain_term(e.b, var, sign if e.op == "+" else -sign)
+        return False
+    if isinstance(e, Unary) and e.op == "neg":
+        return _plain_term(e.a, var, -sign)
+    return False
+
+
+def _uses(e: ir.Expr, names: set) -> bool:
+    return any(isinstance(x, LoopVar) and x.name in names for x in ir.walk(e))
+
+
+def _apply(kernel: ir.Kernel, new_order: dict) -> ir.Kernel:
+    """Each rewritten nest split into one nest per owner statement, with the new loops."""
+    nests = loop_nests(kernel)
+    shift: dict[int, int] = {}  # old nest position -> first new position
+    owner_at: dict[tuple, int] = {}  # (old position, owner) -> new position
+    nxt = 0
+    for pos in sorted(set(st.position[0] for st in kernel.statements)):
+        shift[pos] = nxt
+        nest = nests.get(pos, [])
+        if any(st.name in new_order for st in nest):
+            for k, owner in enumerate(dict.fromkeys(st.owner for st in nest)):
+                owner_at[(pos, owner)] = nxt + k
+            nxt += len({st.owner for st in nest})
+        else:
+            nxt += 1
+    out = []
+    for st in kernel.statements:
+        pos = st.position[0]
+        if (pos, st.owner) in owner_at:
+            loops = new_order.get(st.name, st.loops)
+            st = dataclasses.replace(st, loops=loops,
+                                     position=(owner_at[(pos, st.owner)],) + (0,) * len(loops))
+        else:
+            st = dataclasses.replace(st, position=(shift[pos],) + st.position[1:])
+        out.append(st)
+    return dataclasses.replace(kernel, statements=tuple(out))
+
+
+def expand_reduction_rows(kernel: ir.Kernel, model=None) -> tuple[ir.Kernel, dict[str, str]]:
+    """Vectorize a per-point sum over small constant loops along the row it is computed for.
+
+    A convolution computes, for each output point of a row, a scalar sum over its taps::
+
+        for b, co, h, v:  s = 0;  for ci, kh, kw: s += w[...] * x[..., v + kw - 1];  r = f(s) ...
+
+    The innermost loop runs over 3 taps. When ``s`` carries no value between
+    iterations of the shared loops (``b, co, h, v``), it can live in an array
+    ``s_rows[b, co, h, v]``; the body of ``v`` then splits into three loops
+    over ``v`` (what comes before the sum, the sum, what comes after), and in
+    the sum's nest ``v`` moves innermost::
+
+        for b, co, h:  for v: s_rows[..] = 0;  for ci, kh, kw: for v: s_rows[..] += ...;
+                       for v: r = f(s_rows[..]) ...
+
+    Legality: the three parts only communicate through ``s`` (now
+    ``s_rows``, one element per iteration of the shared loops): every other
+    scalar or array the nest writes is used by one part only, and the sum
+    reads nothing the nest writes. So running each part for the whole row
+    before the next changes no value; inside the sum's nest the terms of one
+    element keep their order (``ci, kh, kw``), so the sums are the same bit
+    for bit. Only nests with at least two shared loops (the split stays
+    inside the nest) and a sum whose innermost loop is small and constant
+    (the case where the row is worth it) are rewritten. Returns the kernel and
+    decisions (owner statement name -> text).
+    """
+    from ..poly import dependences, model_of
+    from .distribute import _expansion_shape, _private_to_iterations
+    from .nests import common_depth
+
+    decisions: dict[str, str] = {}
+    locals_ = dict(kernel.locals)
+    result = kernel.result[0] if kernel.result else None
+    for pos, nest in sorted(loop_nests(kernel).items()):
+        c = common_depth(nest)
+        if c < 2:
+            continue
+        plan = _row_split(nest, c, result)
+        if plan is None:
+            continue
+        s, sums = plan
+        shape = _expansion_shape(nest[0].loops[:c])
+        if shape is None:
+            continue
+        deps = dependences(model_of(kernel, model), variables={s}, flow_only=frozenset({s}))
+        if not _private_to_iterations(s, {st.name for st in nest}, c, deps):
+            continue
+        taken = ({p.name for p in kernel.params} | {t.name for t in kernel.temps}
+                 | set(locals_))
+        name = f"{s}_rows"
+        while name in taken:
+            name = "_" + name
+        kernel = _apply_rows(kernel, pos, c, s, name, shape, locals_[s], sums)
+        owner = sums[0].owner
+        loops = ", ".join(lp.var for lp in nest[0].loops[:c])
+        decisions[owner] = (
+            f"scalar {s} kept per point in {name}[{loops}]: the loop over "
+            f"{nest[0].loops[c - 1].var} runs three times (before, the sum, after), and in "
+            f"the sum the loop {nest[0].loops[c - 1].var} is innermost (the sum's own loops "
+            f"{', '.join(lp.var for lp in sums[0].loops[c:])} outside it); the terms of each "
+            f"sum keep their order")
+    return kernel, decisions
+
+
+def _row_split(nest: list, c: int, result):
+    """(scalar, sum statements) when the nest has the row-sum shape, else None."""
+    inner = [st for st in nest if len(st.loops) > c]
+    if not inner:
+        return None
+    targets = {st.target.name if isinstance(st.target, ScalarRef) else None for st in inner}
+    slots = {st.position[c] for st in inner}
+    if len(targets) != 1 or None in targets or len(slots) != 1:
+        return None
+    (s,) = targets
+    (slot,) = slots
+    if s == result or any(st.op not in ("+=", "-=") or st.guard is not None
+                          or st.reads_variable(s) for st in inner):
+        return None
+    u = nest[0].loops[c - 1]
+    if _trip(u) is not None or u.step <= 0:
+        return None
+    for st in inner:
+        trip = _trip(st.loops[-1])
+        if trip is None or trip > SMALL_TRIP:
+            return None
+        if any(_uses(b, {u.var}) for lp in st.loops[c:] for b in (lp.lo, lp.hi)):
+            return None
+    before = [st for st in nest if len(st.loops) == c and st.position[c] < slot]
+    after = [st for st in nest if len(st.loops) == c and st.position[c] > slot]
+    if len(before) + len(after) + len(inner) != len(nest):
+        return None
+    if not any(st.target == ScalarRef(s, st.target.dtype) and st.op == "="
+               for st in before if isinstance(st.target, ScalarRef)):
+        return None  # s must start from a value assigned in each iteration
+    parts = [before, inner, after]
+
+    def used(st):
+        return st.read_names() | {st.target_name}
+
+    for k, part in enumerate(parts):
+        written = {st.target_name for st in part} - {s}
+        others = [st for j, p in enumerate(parts) if j != k for st in p]
+        if any(written & used(st) for st in others):
+            return None
+    return s, inner
+
+
+def _apply_rows(kernel: ir.Kernel, pos: int, c: int, s: str, name: str, shape: tuple,
+                dtype: ir.DType, sums: list) -> ir.Kernel:
+    index = None
+    sum_names = {st.name for st in sums}
+    out = []
+    for st in kernel.statements:
+        if not (st.loops and st.position[0] == pos):
+            out.append(st)
+            continue
+        if index is None:
+            index = tuple(LoopVar(lp.var) for lp in st.loops[:c])
+        row = Load(name, index, dtype)
+
+        def fn(x):
+            return row if isinstance(x, ScalarRef) and x.name == s else None
+
+        target = row if isinstance(st.target, ScalarRef) and st.target.name == s else st.target
+        part = 1 if st.name in sum_names else (0 if st.position[c] < sums[0].position[c] else 2)
+        position = st.position[:c - 1] + (3 * st.position[c - 1] + part,) + st.position[c:]
+        loops = st.loops
+        if st.name in sum_names:
+            loops = st.loops[:c - 1] + st.loops[c:] + (st.loops[c - 1],)
+        out.append(dataclasses.replace(
+            st, target=target, expr=ir.map_expr(st.expr, fn), loops=loops, position=position,
+            guard=None if st.guard is None else ir.map_expr(st.guard, fn)))
+    temp = ir.Temp(name, ir.ArrayType(dtype, shape), zero=False, role="expansion",
+                   holds=f"the scalar {s} per iteration of the loops around its sum")
+    return dataclasses.replace(kernel, statements=tuple(out), temps=kernel.temps + (temp,))

@@ -1,0 +1,265 @@
+"""``schedule.loop_order`` and the OpenMP plan's per-lane partial sums, on the conv layer.
+
+The conv-layer gradient ends in two order-free nests (the gather of ``d_x``
+and the privatized filter gradient ``d_w``) whose innermost loop runs over
+3 taps. The schedule must move the pixel-row loop ``v`` innermost (a
+decision ``pa.explain`` shows), the plan must sum ``d_w`` along the row in
+per-lane accumulators, and the results must match the reference interpreter,
+with rows long enough for the lane blocks and their remainders, in the
+default and the deterministic mode.
+"""
+
+import numpy as np
+import pytest
+
+import polyad as pa
+from polyad import ir
+from polyad.pipeline import Options, compile_kernel
+from polyad.schedule.loop_order import expand_reduction_rows, unit_stride_innermost
+from polyad.target.openmp import plan
+from polyad.testing import interpret
+
+B, CI, CO, H, W = pa.sizes("B CI CO H W")
+M, N = pa.sizes("M N")
+
+
+@pa.kernel
+def conv_cost(x: pa.f64[B, CI, H, W].zero, w: pa.f64[CO, CI, 3, 3],
+              y: pa.f64[B, CO, H, W]) -> pa.f64:
+    C = 0.0
+    for b in range(B):
+        for co in range(CO):
+            for h in range(H):
+                for v in range(W):
+                    s = 0.0
+                    for ci in range(CI):
+                        for kh in range(3):
+                            for kw in range(3):
+                                s += w[co, ci, kh, kw] * x[b, ci, h + kh - 1, v + kw - 1]
+                    r = max(s, 0.0) - y[b, co, h, v]
+                    C += r * r
+    return C
+
+
+@pa.kernel
+def conv_cost32(x: pa.f32[B, CI, H, W].zero, w: pa.f32[CO, CI, 3, 3],
+                y: pa.f32[B, CO, H, W]) -> pa.f32:
+    C = 0.0
+    for b in range(B):
+        for co in range(CO):
+            for h in range(H):
+                for v in range(W):
+                    s = 0.0
+                    for ci in range(CI):
+                        for kh in range(3):
+                            for kw in range(3):
+                                s += w[co, ci, kh, kw] * x[b, ci, h + kh - 1, v + kw - 1]
+                    r = max(s, 0.0) - y[b, co, h, v]
+                    C += r * r
+    return C
+
+
+@pa.kernel
+def row_sums(x: pa.f64[M, N], out: pa.Out(pa.f64[M, 3])):
+    # order-free (only += into out, which the nest does not read): v moves innermost
+    for m in range(M):
+        for n in range(N):
+            for k in range(3):
+                out[m, k] += x[m, n] * float(k)
+
+
+@pa.kernel
+def prefix_rows(x: pa.f64[M, N], out: pa.Out(pa.f64[M, N])):
+    # reads the array it adds into: not order-free, the order stays
+    for m in range(M):
+        for n in range(1, N):
+            for k in range(2):
+                out[m, n] += out[m, n - 1] * 0.5 + x[m, n] * float(k)
+
+
+def _scheduled(kernel, deterministic=False):
+    return compile_kernel(kernel.ir, Options(deterministic=deterministic)).scheduled
+
+
+def test_conv_gradient_nests_get_the_pixel_row_innermost():
+    grad = pa.grad(conv_cost, wrt=["w", "x"])
+    sk = _scheduled(grad)
+    moved = {st.owner: st for st in sk.kernel.statements
+             if st.owner in sk.loop_orders and "moved innermost" in sk.loop_orders[st.owner]}
+    targets = {st.target.array for st in moved.values()}
+    assert targets == {"d_w", "d_x"}, sk.loop_orders
+    for st in moved.values():
+        assert st.loops[-1].var == "v"
+        assert [lp.var for lp in st.loops[-3:-1]] == ["kh", "kw"]
+        assert "loop v moved innermost" in sk.loop_orders[st.owner]
+    # the nest that recomputes the forward sum keeps it per point along the row
+    (rows,) = [why for why in sk.loop_orders.values() if why.startswith("scalar s kept")]
+    assert "s_rows[b, co, h, v]" in rows and "the loop v is innermost" in rows
+    # each reordered statement has a nest of its own
+    assert len({st.position[0] for st in moved.values()}) == 2
+    text = pa.explain(grad)
+    assert "loop v moved innermost (unit stride in d_x[b, ci, h, v])" in text
+    assert "per-lane partial sums: 16 lanes" in text
+
+
+@pytest.mark.parametrize("kernel, lanes", [(conv_cost, 16), (conv_cost32, 32)])
+def test_filter_gradient_sums_along_the_row_in_lanes(kernel, lanes):
+    grad = pa.grad(kernel, wrt=["w", "x"])
+    p = plan(_scheduled(grad))
+    lane_loops = [lp for lp in p.loops.values() if lp.lane_sums]
+    assert lane_loops and all(lp.lane_sums == lanes and lp.iterator == "v" and not lp.simd
+                              and not lp.privatized for lp in lane_loops)
+    src = grad.source
+    assert "reduction(+:d_w[0:CO * CI * 3 * 3])" in src  # the thread loop's private copies
+    assert src.count("#pragma omp simd reduction(+:d_w") == 0  # not per row
+    assert f"d_w_lanes[{lanes}] = {{0}};" in src
+    assert "d_w_lanes[v_lane] += d_s_expanded[" in src
+    # d_x is a plain vector loop over the row
+    lines = src.splitlines()
+    k = next(k for k, line in enumerate(lines) if line.strip().startswith("d_x[((b * CI + ci)"))
+    assert lines[k - 1].strip().startswith("for (int64_t v = ")
+    assert lines[k - 2].strip() == "#pragma omp simd"
+    # deterministic: no reassociating lanes
+    assert not any(lp.lane_sums for lp in plan(_scheduled(grad, True), True).loops.values())
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_reordered_conv_gradient_matches_the_interpreter(deterministic):
+    grad = pa.grad(conv_cost, wrt=["w", "x"])
+    fn = pa.compile(grad, deterministic=deterministic)
+    rng = np.random.default_rng(11)
+    for b, ci, co, h, w in [(1, 1, 1, 1, 1), (1, 2, 3, 4, 16), (1, 1, 2, 3, 17),
+                            (2, 3, 2, 5, 37), (1, 2, 2, 2, 50)]:
+        x = rng.standard_normal((b, ci, h, w))
+        wt = rng.standard_normal((co, ci, 3, 3))
+        y = rng.standard_normal((b, co, h, w))
+        dw, dx = fn(x, wt, y)
+        _, want = interpret(grad.ir, dict(x=x.copy(), w=wt.copy(), y=y),
+                            dict(B=b, CI=ci, CO=co, H=h, W=w))
+        np.testing.assert_allclose(dw, want["d_w"], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(dx, want["d_x"], rtol=1e-12, atol=1e-12)
+
+
+def test_order_free_rule_on_small_kernels():
+    k, decisions = unit_stride_innermost(row_sums.ir)
+    (st,) = k.statements
+    assert [lp.var for lp in st.loops] == ["m", "k", "n"]
+    assert "loop n moved innermost (unit stride in x[m, n])" in decisions[st.name]
+    x = np.random.default_rng(12).standard_normal((3, 40))
+    want = x.sum(axis=1)[:, None] * np.arange(3.0)
+    np.testing.assert_allclose(row_sums(x), want, rtol=1e-12)
+    k2, decisions2 = unit_stride_innermost(prefix_rows.ir)
+    assert k2 is prefix_rows.ir
+    assert all("reads an array the nest writes" in why for why in decisions2.values())
+
+
+def test_statements_writing_one_array_are_not_distributed():
+    """Two statements adding into one array in one nest keep their order (their terms
+    would interleave differently in two nests)."""
+    i, n, kk = ir.LoopVar("i"), ir.LoopVar("n"), ir.LoopVar("k")
+    loops = (ir.Loop("i", ir.Const(0, ir.i64), ir.SizeVar("M")),
+             ir.Loop("n", ir.Const(0, ir.i64), ir.SizeVar("N")),
+             ir.Loop("k", ir.Const(0, ir.i64), ir.Const(3, ir.i64)))
+    x = ir.Load("x", (i, n))
+    s1 = ir.Statement("S1", loops, (0, 0, 0, 0), (), None, ir.Load("o", (i, kk)), "+=", x)
+    s2 = ir.Statement("S2", loops, (0, 0, 0, 1), (), None, ir.Load("o", (i, kk)), "+=", x)
+    kernel = ir.Kernel("k", (ir.Param("x", ir.f64[M, N]), ir.Param("o", ir.f64[M, 3], "inout")),
+                       ("M", "N"), (), (), (s1, s2))
+    out, decisions = unit_stride_innermost(kernel)
+    assert out is kernel and decisions == {}
+
+
+@pa.kernel
+def moments(x: pa.f64[M, N], out: pa.Out(pa.f64[4, 2])):
+    for m in range(M):
+        for n in range(N):
+            out[0, 0] += x[m, n]
+            out[1, 1] -= x[m, n] * x[m, n]
+            out[0, 0] += 2.0 * x[m, n]
+
+
+def test_lane_sums_into_several_elements_with_remainders():
+    """Two accumulators in one lane loop (a '-=' among them), rows shorter than, equal to
+    and longer than a block of lanes."""
+    src = moments.source
+    assert "out_lanes[16] = {0};" in src and "out_lanes2[16] = {0};" in src
+    assert "for (; n + 15 < N; n += 16) {" in src
+    assert "out_lanes2[n_lane] -= x[m * N + (n + n_lane)] * x[m * N + (n + n_lane)];" in src
+    rng = np.random.default_rng(13)
+    for shape in [(1, 1), (3, 15), (2, 16), (3, 17), (4, 33), (2, 64)]:
+        x = rng.standard_normal(shape)
+        out = moments(x)
+        want = np.zeros((4, 2))
+        want[0, 0] = 3.0 * x.sum()
+        want[1, 1] = -(x * x).sum()
+        np.testing.assert_allclose(out, want, rtol=1e-12, atol=1e-12)
+
+
+@pa.kernel
+def blur_rows(x: pa.f64[M, N].clamped, f: pa.f64[5], y: pa.Out(pa.f64[M, N])):
+    for m in range(M):
+        for n in range(N):
+            s = 0.0
+            for k in range(5):
+                s += f[k] * x[m, n + k - 2]
+            y[m, n] = s * s
+
+
+@pa.kernel
+def sum_reads_output(x: pa.f64[M, N], y: pa.Out(pa.f64[M, N])):
+    for m in range(M):
+        for n in range(N):
+            s = 0.0
+            for k in range(3):
+                s += y[m, k] + x[m, n]
+            y[m, n] = s
+
+
+@pa.kernel
+def blur_1d(x: pa.f64[N].clamped, f: pa.f64[5], y: pa.Out(pa.f64[N])):
+    for n in range(N):
+        s = 0.0
+        for k in range(5):
+            s += f[k] * x[n + k - 2]
+        y[n] = s
+
+
+def test_per_point_sums_run_along_the_row():
+    """The conv forward and a blur: the scalar sum over the taps lives in a row array,
+    the taps loop outside the vector loop over the row; values as the interpreter's."""
+    for kernel in (conv_cost, blur_rows):
+        sk = _scheduled(kernel)
+        (why,) = sk.loop_orders.values()
+        assert why.startswith("scalar s kept per point in s_rows[")
+        assert any(t.name == "s_rows" and t.role == "expansion" for t in sk.kernel.temps)
+    src = conv_cost.source
+    k = src.index("s_rows[((b * CO + co) * H + h) * W + v] += w[")
+    assert src[:k].rstrip().splitlines()[-2:] == [
+        "                  #pragma omp simd",
+        "                  for (int64_t v = pa_imax(0, (-kw + 1)); "
+        "v <= pa_imin((W - 1), (W - kw)); v++) {"]
+    rng = np.random.default_rng(14)
+    for deterministic in (False, True):
+        fn = pa.compile(conv_cost, deterministic=deterministic)
+        for b, ci, co, h, w in [(1, 1, 1, 1, 1), (2, 2, 3, 3, 37), (1, 3, 2, 5, 16)]:
+            x = rng.standard_normal((b, ci, h, w))
+            wt = rng.standard_normal((co, ci, 3, 3))
+            y = rng.standard_normal((b, co, h, w))
+            want, _ = interpret(conv_cost.ir, dict(x=x, w=wt, y=y),
+                                dict(B=b, CI=ci, CO=co, H=h, W=w))
+            np.testing.assert_allclose(fn(x, wt, y), want, rtol=1e-12)
+    x, f = rng.standard_normal((4, 23)), rng.standard_normal(5)
+    _, want = interpret(blur_rows.ir, dict(x=x, f=f), dict(M=4, N=23))
+    np.testing.assert_array_equal(blur_rows(x, f), want["y"])  # same sums, same order
+
+
+def test_per_point_sums_stay_when_the_parts_share_data():
+    # the sum reads y, which the statement after it writes: no row expansion
+    _, decisions = expand_reduction_rows(sum_reads_output.ir)
+    assert decisions == {}
+    # one shared loop: the split would cut the nest itself; left alone
+    _, decisions = expand_reduction_rows(blur_1d.ir)
+    assert decisions == {}
+    x = np.random.default_rng(15).standard_normal((3, 5))
+    _, want = interpret(sum_reads_output.ir, dict(x=x), dict(M=3, N=5))
+    np.testing.assert_allclose(sum_reads_output(x), want["y"], rtol=1e-12)
