@@ -1,0 +1,330 @@
+"""Checkpointing of a long sequential loop in reverse mode (issue 19, part 2).
+
+A kernel whose tapes are indexed by an outer loop (a time loop ``for t in
+range(steps)``, the outer ``k`` of a factorization) needs tape memory in
+proportion to that loop's trip count. ``split_loop`` cuts such a kernel into
+three ordinary kernels, each differentiable by ``vjp_kernel``:
+
+* ``before``: the statements before the loop;
+* ``segment``: the loop, run for ``t`` in ``[t0, t1)`` (``t0``/``t1`` are new
+  integer parameters; the loop keeps its bounds as affine conditions, so the
+  bounds proofs still hold, and its tapes are ``t1 - t0`` steps long);
+* ``after``: the statements after the loop (the scalar the kernel returns).
+
+Every array of the kernel (parameters and temporaries) is a parameter of the
+pieces that use it, in-out where the piece writes it. The *state* is the set
+of arrays the loop writes whose value at the start of an iteration may be
+read in it (ISL: a read not preceded by a write of the same element in the same
+iteration); a snapshot of the state at step ``t`` lets the segment kernel
+recompute steps ``t, t + 1, ...``. Temporaries the loop overwrites before it
+reads them (``U`` of ``U = f(A); A = U``) are not state.
+
+The reverse sweep is driven step by step (``polyad.checkpointing``): the
+segment's vjp over one step ``[t, t + 1)`` records that step's tapes only.
+Which states to keep is the binomial (revolve) schedule of Griewank and
+Walther: with ``c`` snapshots besides the start, ``l`` steps are reversed with
+the fewest forward steps, ``r * l - beta(c + 1, r - 1)`` where ``beta(c, r) =
+C(c + r, c)`` and ``r`` is the least repetition count with ``l <= beta(c, r)``
+(``revolve_actions``, ``advances``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from math import comb
+from typing import Optional
+
+import islpy as isl
+
+from .. import ir
+from ..ir import Binary, Condition, Load, Loop, LoopVar, ScalarRef, Statement
+from ..looptree import Node, build_tree
+from ..poly import PolyModel, boundary_access_map, isl_name
+from .recorded import analysable_error_types
+
+#: names of the segment bounds (made unique against the kernel's own names)
+SEGMENT_START, SEGMENT_STOP = "seg_t0", "seg_t1"
+
+
+@dataclasses.dataclass(frozen=True)
+class LoopSplit:
+    """A kernel cut around its checkpointed loop (see the module docstring)."""
+
+    kernel: ir.Kernel                  # the primal kernel
+    loop: Loop                         # the checkpointed loop (as in the primal)
+    line: int                          # its DSL line
+    before: Optional[ir.Kernel]        # None: no statement before the loop
+    segment: ir.Kernel
+    after: Optional[ir.Kernel]         # None: no statement after the loop
+    start: str                         # the segment kernel's ``t0`` parameter
+    stop: str                          # its ``t1``
+    state: tuple[str, ...]             # arrays snapshot at checkpoints
+    arrays: dict                       # every array of the kernel -> ArrayType
+    temps: tuple[ir.Temp, ...]         # the kernel's temporaries (the driver allocates them)
+
+
+class NotCheckpointable(ValueError):
+    """Why a kernel's loop cannot be checkpointed (the message says)."""
+
+
+def _names_in(st: Statement) -> tuple[set, set, set, set]:
+    """(arrays read, arrays written, scalars read, scalars written) by ``st``."""
+    arr_r = {ld.array for ld in st.reads()}
+    for lp in st.loops:
+        for e in (lp.lo, lp.hi):
+            arr_r |= {ld.array for ld in ir.loads(e)}
+    sc_r = set(st.scalar_reads())
+    for lp in st.loops:
+        for e in (lp.lo, lp.hi):
+            sc_r |= {x.name for x in ir.walk(e) if isinstance(x, ScalarRef)}
+    for c in st.conditions:
+        sc_r |= {x.name for x in ir.walk(c.expr) if isinstance(x, ScalarRef)}
+    if isinstance(st.target, Load):
+        return arr_r, {st.target.array}, sc_r, set()
+    return arr_r, set(), sc_r, {st.target.name}
+
+
+def _piece(k: ir.Kernel, name: str, stmts: list, arrays: dict, temps: dict,
+           extra_ints=(), result=None) -> ir.Kernel:
+    """A kernel of ``stmts`` whose arrays (``k``'s parameters and temporaries) are all
+    parameters, in-out where ``stmts`` write them."""
+    read, written, sc = set(), set(), set()
+    for st in stmts:
+        ar, aw, sr, sw = _names_in(st)
+        read |= ar
+        written |= aw
+        sc |= sr | sw
+    order = [p.name for p in k.params if p.is_array] + list(temps)
+    params = []
+    for n in order:
+        if n in read or n in written:
+            params.append(ir.Param(n, arrays[n], "inout" if n in written else "in"))
+    ints = []
+    for p in k.params:
+        if not p.is_array and p.name in sc:
+            params.append(ir.Param(p.name, p.type, "in"))
+            if p.name in k.int_params:
+                ints.append(p.name)
+    for n in extra_ints:
+        params.append(ir.Param(n, ir.i64, "in"))
+        ints.append(n)
+    locals_ = tuple((n, dt) for n, dt in k.locals if n in sc)
+    return ir.Kernel(name=name, params=tuple(params), sizes=k.sizes, locals=locals_, temps=(),
+                     statements=tuple(stmts), result=result, funcs=k.funcs,
+                     filename=k.filename, line=k.line, int_params=tuple(ints))
+
+
+def candidate_loop(k: ir.Kernel) -> Optional[tuple[Node, int]]:
+    """The top-level loop of ``k`` to checkpoint (the one holding the most statements) and
+    its key (the ``position[0]`` of its statements); None when ``k`` has no loop."""
+    root, _ = build_tree(k.statements)
+    loops = [(c, key) for c, key in zip(root.children, root.keys) if isinstance(c, Node)]
+    if not loops:
+        return None
+
+    def count(n: Node) -> int:
+        return sum(count(c) if isinstance(c, Node) else 1 for c in n.children)
+
+    return max(loops, key=lambda p: count(p[0]))
+
+
+def split_loop(k: ir.Kernel) -> LoopSplit:
+    """Cut ``k`` around its checkpointed loop; ``NotCheckpointable`` says why it cannot."""
+    found = candidate_loop(k)
+    if found is None:
+        raise NotCheckpointable(f"{k.name}() has no loop to checkpoint")
+    node, top = found
+    lp = node.loop
+    where = f"the loop over {lp.var!r}"
+    if lp.step != 1:
+        raise NotCheckpointable(f"{where} has step {lp.step}; checkpointing takes loops of step 1")
+    before = [st for st in k.statements if st.position[0] < top]
+    inside = [st for st in k.statements if st.position[0] == top]
+    after = [st for st in k.statements if st.position[0] > top]
+    # scalar locals live in one piece only (the driver carries arrays, not scalars)
+    local_names = {n for n, _ in k.locals}
+    users: dict[str, set] = {}
+    for label, group in (("before", before), ("loop", inside), ("after", after)):
+        for st in group:
+            _, _, sr, sw = _names_in(st)
+            for n in (sr | sw) & local_names:
+                users.setdefault(n, set()).add(label)
+    crossing = sorted(n for n, u in users.items() if len(u) > 1)
+    if crossing:
+        raise NotCheckpointable(
+            f"the scalar(s) {', '.join(crossing)} of {k.name}() carry values into or out of "
+            f"{where}; checkpointing carries arrays only (keep such values in a one-element "
+            f"array)")
+    if k.result is not None and users.get(k.result[0], {"after"}) != {"after"}:
+        raise NotCheckpointable(f"{k.name}() computes its result {k.result[0]!r} before the end "
+                                f"of {where}")
+    bound_names = {x.name for e in (lp.lo, lp.hi) for x in ir.walk(e) if isinstance(x, ScalarRef)}
+    if bound_names - set(k.int_params) - {p.name for p in k.params}:
+        raise NotCheckpointable(f"the bounds of {where} read values computed by the kernel")
+
+    used = set(local_names) | {p.name for p in k.params} | {t.name for t in k.temps} \
+        | set(k.sizes) | {v for st in k.statements for v in st.loop_vars}
+    start = _fresh(SEGMENT_START, used)
+    stop = _fresh(SEGMENT_STOP, used | {start})
+    arrays = {p.name: p.type for p in k.params if p.is_array}
+    arrays.update({t.name: t.type for t in k.temps})
+    temps = {t.name: t for t in k.temps}
+    var = LoopVar(lp.var)
+    seg_loop = Loop(lp.var, ScalarRef(start, ir.i64), ScalarRef(stop, ir.i64), 1)
+    bounds = (Condition(Binary(">=", var, lp.lo, ir.boolean)),
+              Condition(Binary("<", var, lp.hi, ir.boolean)))
+    seg_stmts = [dataclasses.replace(st, loops=(seg_loop,) + st.loops[1:],
+                                     conditions=bounds + st.conditions) for st in inside]
+    seg = _piece(k, f"{k.name}_segment", seg_stmts, arrays, temps, (start, stop))
+    pre = _piece(k, f"{k.name}_before", before, arrays, temps) if before else None
+    post = _piece(k, f"{k.name}_after", after, arrays, temps, result=k.result) if after else None
+    written = [p.name for p in seg.params if p.intent == "inout"]
+    state = tuple(n for n in written if not _iteration_local(seg, n, lp.var))
+    line = min(st.line for st in inside)
+    return LoopSplit(k, lp, line, pre, seg, post, start, stop, state, arrays, tuple(k.temps))
+
+
+def _fresh(base: str, used: set) -> str:
+    name, n = base, 1
+    while name in used:
+        name = f"{base}_{n}"
+        n += 1
+    return name
+
+
+def _iteration_local(seg: ir.Kernel, array: str, var: str) -> bool:
+    """Does every read of ``array`` in the segment read an element written earlier in the
+    same iteration of the loop over ``var`` (by an unguarded write)? Then no value of it
+    flows from one iteration to the next and it needs no snapshot. False when ISL cannot
+    model an access."""
+    named = [dataclasses.replace(st, name=f"S{n}") for n, st in enumerate(seg.statements)]
+    kern = dataclasses.replace(seg, statements=tuple(named))
+    try:
+        model = PolyModel(kern)
+        sched = model.schedule_map()
+        writes = None
+        for st in named:
+            if isinstance(st.target, Load) and st.target.array == array and st.guard is None:
+                w = boundary_access_map(model, st, st.target).to_union_map()
+                writes = w if writes is None else writes.union(w)
+        if writes is None:
+            return False
+        for st in named:
+            for ld in st.reads():
+                if ld.array != array:
+                    continue
+                read = boundary_access_map(model, st, ld).to_union_map()
+                dom = model.domain(st)
+                # S(i) -> W(j): W writes the element S reads, earlier in program order,
+                # in the same iteration of the outer loop (its first dimension)
+                pairs = read.apply_range(writes.reverse())
+                earlier = sched.intersect_domain(dom.to_union_set()).lex_gt_union_map(sched)
+                covered = pairs.intersect(earlier).intersect(_same_outer(model, named))
+                if not dom.to_union_set().subtract(covered.domain()).is_empty():
+                    return False
+        return True
+    except analysable_error_types():   # ISL cannot model an access: snapshot the array
+        return False
+
+
+def _same_outer(model: PolyModel, stmts) -> isl.UnionMap:
+    """``{ S[t, ...] -> S'[t', ...] : t = t' }`` over the segment's statements."""
+    out = None
+    for a in stmts:
+        for b in stmts:
+            va = [isl_name(v) for v in a.loop_vars]
+            vb = [f"{isl_name(v)}__b" for v in b.loop_vars]
+            text = (f"{model.param_prefix}{{ {a.name}[{', '.join(va)}] -> "
+                    f"{b.name}[{', '.join(vb)}] : {va[0]} = {vb[0]} }}")
+            m = isl.UnionMap.read_from_str(model.ctx, text)
+            out = m if out is None else out.union(m)
+    return out
+
+
+# --------------------------------------------------------------------------
+# the binomial (revolve) schedule
+# --------------------------------------------------------------------------
+
+
+def beta(c: int, r: int) -> int:
+    """The most steps ``c`` stored states (the start's included) reverse with each step
+    advanced at most ``r`` times."""
+    return comb(c + r, c)
+
+
+def repetitions(steps: int, stored: int) -> int:
+    """The least ``r`` with ``steps <= beta(stored, r)`` (``stored >= 2``)."""
+    r = 0
+    while beta(stored, r) < steps:
+        r += 1
+    return r
+
+
+def advances(steps: int, snapshots: int) -> int:
+    """Forward steps the binomial schedule runs to reverse ``steps`` steps, with
+    ``snapshots`` stored states besides the start's (the fewest possible)."""
+    if steps <= 1:
+        return 0
+    if snapshots == 0:
+        return steps * (steps - 1) // 2
+    c = snapshots + 1
+    r = repetitions(steps, c)
+    return r * steps - beta(c + 1, r - 1)
+
+
+def _split(steps: int, snapshots: int) -> int:
+    """Where the binomial schedule puts its next snapshot: steps to advance first. Optimal
+    splits ``m`` (Griewank and Walther) satisfy ``beta(c, r - 2) <= m <= beta(c, r - 1)``
+    and ``beta(c - 1, r - 1) <= steps - m <= beta(c - 1, r)``; the smallest is taken."""
+    c = snapshots + 1
+    r = repetitions(steps, c)
+    low = beta(c, r - 2) if r >= 2 else 1
+    return max(1, low, steps - beta(c - 1, r))
+
+
+def revolve_actions(steps: int, snapshots: int) -> list[tuple]:
+    """The binomial checkpointing schedule reversing steps ``0 .. steps - 1`` with
+    ``snapshots`` free slots (plus slot 0, which holds the start): a list of
+
+    * ``("store", slot, t)``: copy the state (at step ``t``) into ``slot``;
+    * ``("restore", slot, t)``: copy ``slot`` (holding step ``t``) back;
+    * ``("advance", t0, t1)``: run steps ``t0 .. t1 - 1`` forward;
+    * ``("reverse", t)``: the vjp of step ``t`` (the state holds step ``t``).
+    """
+    out: list[tuple] = [("store", 0, 0)] if steps else []
+
+    def rec(t0: int, t1: int, slot: int, free: int, fresh: bool):
+        # the state holds step t0 when ``fresh``; slot ``slot`` holds step t0 in any case
+        while t1 - t0 > 0:
+            if not fresh:
+                out.append(("restore", slot, t0))
+            if t1 - t0 == 1:
+                out.append(("reverse", t0))
+                return
+            if free == 0:
+                out.append(("advance", t0, t1 - 1))
+                out.append(("reverse", t1 - 1))
+                t1 -= 1
+                fresh = False
+                continue
+            m = t0 + _split(t1 - t0, free)
+            out.append(("advance", t0, m))
+            out.append(("store", slot + 1, m))
+            rec(m, t1, slot + 1, free - 1, True)
+            t1 = m
+            fresh = False
+
+    if steps:
+        rec(0, steps, 0, snapshots, True)
+    return out
+
+
+def schedule_counts(actions: list[tuple]) -> dict:
+    """``advances`` (forward steps run), ``reversed`` (steps reversed), ``stores``,
+    ``restores`` and ``snapshots`` (the most slots in use) of a ``revolve_actions`` list."""
+    adv = sum(a[2] - a[1] for a in actions if a[0] == "advance")
+    slots = {a[1] for a in actions if a[0] == "store"}
+    return {"advances": adv, "reversed": sum(1 for a in actions if a[0] == "reverse"),
+            "stores": sum(1 for a in actions if a[0] == "store"),
+            "restores": sum(1 for a in actions if a[0] == "restore"),
+            "snapshots": len(slots)}
