@@ -81,6 +81,11 @@ class Checkpointer:
                    if (p.is_array and p.name in self.carried) or p.name in self.scalar_wrt]
             self._vjp_ir[piece.name] = (wrt, self._vjp(piece, wrt) if wrt else None)
         self._compiled: dict = {}
+        #: ``sanitize=`` of the pieces' compilations (tests build them with ASan)
+        self.sanitize = None
+        #: the plan of the last call, and the forward steps it ran / steps it reversed
+        self.last_plan: Optional[Plan] = None
+        self.last_counts: dict = {}
 
     @staticmethod
     def _vjp(piece: ir.Kernel, wrt: list) -> ir.Kernel:
@@ -93,7 +98,7 @@ class Checkpointer:
     def _fn(self, k: ir.Kernel):
         fn = self._compiled.get(k.name)
         if fn is None:
-            fn = self._compiled[k.name] = Kernel(ir_kernel=k).compile()
+            fn = self._compiled[k.name] = Kernel(ir_kernel=k).compile(sanitize=self.sanitize)
             fn.memory_budget = self.derived.memory
         return fn
 
@@ -219,6 +224,7 @@ class Checkpointer:
         lo = ir.eval_integer(sp.loop.lo, env)
         loop_steps = max(0, ir.eval_integer(sp.loop.hi, env) - lo)
         self.last_plan = plan
+        counts = self.last_counts = {"advanced": 0, "reversed": 0}
         # the primal's arrays: inputs as given, copies of in-out ones, fresh outputs and
         # temporaries (the derived kernel never modifies its inputs)
         work = self._arrays(bound, env, copy=True)
@@ -284,12 +290,14 @@ class Checkpointer:
                     np.copyto(work[n], snapshots[action[1]][n])
             elif kind == "advance":
                 self._fn(sp.segment)(**call_args(sp.segment, work, bounds(action[1], action[2])))
+                counts["advanced"] += action[2] - action[1]
             elif action[1] == loop_steps:     # the statements after the loop
                 reverse(sp.after, work)
                 if self.kind == "value_and_grad":
                     value = self._value(work, call_args)
             else:
                 reverse(sp.segment, work, bounds(action[1], action[1] + 1))
+            counts["reversed"] += kind == "reverse"
         if plan.steps == 0 and self.kind == "value_and_grad":
             value = self._value(work, call_args)
         if sp.before is not None:

@@ -73,6 +73,7 @@ class DerivedKernel(Kernel):
         #: ``checkpoint=`` of pa.grad & co.: None (checkpoint when the tapes exceed the
         #: budget), True / False (always / never), or a number of snapshots (always)
         self.checkpoint = None
+        self._has_tapes = bool(ad.tape_arrays(ir_kernel))
         self.__name__ = ir_kernel.name
         self.__qualname__ = ir_kernel.name
         self.kind = kind
@@ -102,18 +103,20 @@ class DerivedKernel(Kernel):
 
     def __call__(self, *args, **kwargs):
         if self.checkpoint is not False and self.kind in _CHECKPOINTED_KINDS:
-            forced = self.checkpoint is not None
-            cp = _checkpointing.checkpointer(self)
-            if forced and cp is None:
-                raise NotDifferentiableError(
-                    f"{self.ir.name}: checkpoint={self.checkpoint!r} but "
-                    f"{_checkpointing.refusal(self)}", self.ir.filename or "<kernel>",
-                    self.ir.line, 0, "call without checkpoint= (the tapes must then fit the "
-                    "memory budget)")
-            if cp is not None and (forced or _checkpointing.needs_checkpointing(
-                    self, args, kwargs)):
-                count = None if self.checkpoint in (None, True) else int(self.checkpoint)
+            if self.checkpoint is not None:
+                cp = _checkpointing.checkpointer(self)
+                if cp is None:
+                    raise NotDifferentiableError(
+                        f"{self.ir.name}: checkpoint={self.checkpoint!r} but "
+                        f"{_checkpointing.refusal(self)}", self.ir.filename or "<kernel>",
+                        self.ir.line, 0, "call without checkpoint= (the tapes must then fit "
+                        "the memory budget)")
+                count = None if self.checkpoint is True else int(self.checkpoint)
                 return self._package(cp(args, kwargs, count))
+            if self._has_tapes and _checkpointing.needs_checkpointing(self, args, kwargs):
+                cp = _checkpointing.checkpointer(self)
+                if cp is not None:
+                    return self._package(cp(args, kwargs))
         fn = self._default
         if fn is None:
             fn = self._default = self.compile()
@@ -222,7 +225,8 @@ def _derived(k, wrt, kind, build, cls=None, memory=None, checkpoint=None):
     if not isinstance(k, Kernel):
         raise TypeError(f"pa.{kind}() differentiates a @pa.kernel, got {k!r}")
     cache = k.__dict__.setdefault("_polyad_derived", {})
-    key = (kind, _wrt_key(wrt), _RULES_VERSION[0], memory, checkpoint)
+    # checkpoint=0 (snapshots) is not checkpoint=False, though 0 == False
+    key = (kind, _wrt_key(wrt), _RULES_VERSION[0], memory, (type(checkpoint), checkpoint))
     if key not in cache:
         cache[key] = (cls or DerivedKernel)(build(k.ir, wrt), kind, k, wrt)
         cache[key].memory = memory
