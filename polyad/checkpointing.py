@@ -102,6 +102,15 @@ class Checkpointer:
             fn.memory_budget = self.derived.memory
         return fn
 
+    def compile_all(self) -> None:
+        """Compile every piece and its vjp now (a call compiles them on first use)."""
+        sp = self.split
+        for piece in (sp.before, sp.segment, sp.after):
+            if piece is not None:
+                self._fn(piece)
+                if self._vjp_ir[piece.name][1] is not None:
+                    self._fn(self._vjp_ir[piece.name][1])
+
     # -- sizes -----------------------------------------------------------------
     def _bind(self, args, kwargs):
         bound, sizes = bind_args(self.derived.ir, args, kwargs)
