@@ -75,10 +75,15 @@ class Checkpointer:
         self.carried = [n for n, at in sp.arrays.items()
                         if at.dtype.is_float and (n in written or n in self.wrt)]
         self.scalar_wrt = [n for n in self.wrt if not primal.param(n).is_array]
+        #: ``<X>_next`` -> X for the state arrays the step kernel writes into a copy
+        self.next_of = {nxt: n for n, nxt in sp.renamed.items()}
         self._vjp_ir = {}
-        for piece in pieces:
+        for piece in (sp.before, sp.step, sp.after):
+            if piece is None:
+                continue
             wrt = [p.name for p in piece.params
-                   if (p.is_array and p.name in self.carried) or p.name in self.scalar_wrt]
+                   if (p.is_array and (p.name in self.carried or p.name in self.next_of))
+                   or p.name in self.scalar_wrt]
             self._vjp_ir[piece.name] = (wrt, self._vjp(piece, wrt) if wrt else None)
         self._compiled: dict = {}
         #: ``sanitize=`` of the pieces' compilations (tests build them with ASan)
@@ -108,8 +113,9 @@ class Checkpointer:
         for piece in (sp.before, sp.segment, sp.after):
             if piece is not None:
                 self._fn(piece)
-                if self._vjp_ir[piece.name][1] is not None:
-                    self._fn(self._vjp_ir[piece.name][1])
+        for _, vk in self._vjp_ir.values():
+            if vk is not None:
+                self._fn(vk)
 
     # -- sizes -----------------------------------------------------------------
     def _bind(self, args, kwargs):
@@ -157,15 +163,19 @@ class Checkpointer:
 
     def fixed_bytes(self, env: dict, lo: int) -> int:
         """Bytes a call holds besides its snapshots: working copies of the arrays the kernel
-        writes, two cotangent buffers per carried array, the largest vjp call's
+        writes, two cotangent buffers per array a vjp returns, the largest vjp call's
         temporaries (one step's tapes)."""
         sp = self.split
         written = [n for n in sp.arrays
                    if n in {t.name for t in sp.temps}
                    or self.primal.param(n).intent != "in"]
-        total = sum(self._nbytes(sp.arrays[n], env) for n in written)
-        total += 2 * sum(self._nbytes(sp.arrays[n], env) for n in self.carried)
-        step_env = dict(env, **{sp.start: lo, sp.stop: lo + 1})
+        total = sum(self._nbytes(sp.arrays[n], env) for n in written + list(sp.renamed))
+        # cotangents: the current one and a spare output buffer per array a vjp returns
+        returned = {self.next_of.get(n, n) for wrt, _ in self._vjp_ir.values() for n in wrt}
+        returned |= set(self.next_of) & {n for wrt, _ in self._vjp_ir.values() for n in wrt}
+        total += 2 * sum(self._nbytes(sp.arrays[self.next_of.get(n, n)], env)
+                         for n in returned if n not in self.scalar_wrt)
+        step_env = dict(env, **{sp.start: lo})
         worst = 0
         for _, vk in self._vjp_ir.values():
             if vk is not None:
@@ -237,6 +247,8 @@ class Checkpointer:
         # the primal's arrays: inputs as given, copies of in-out ones, fresh outputs and
         # temporaries (the derived kernel never modifies its inputs)
         work = self._arrays(bound, env, copy=True)
+        for n, nxt in sp.renamed.items():
+            work[nxt] = np.empty_like(work[n])
         scalars = {p.name: bound[p.name] for p in self.primal.params if not p.is_array}
         # cotangents: of the outputs (vjp) or of the returned scalar
         bars: dict = {}
@@ -248,6 +260,7 @@ class Checkpointer:
             if self.primal.result is not None:
                 result_bar = bound["result_bar"]
         scalar_grads = {n: 0.0 for n in self.scalar_wrt}
+        pool: dict = {}      # spare buffers for the vjp calls' outputs
         value = None
 
         def call_args(piece: ir.Kernel, arrays: dict, extra=()):
@@ -265,19 +278,36 @@ class Checkpointer:
             kw = call_args(piece, arrays, extra)
             for p in piece.params:
                 if p.intent == "inout":
-                    kw[f"{p.name}_bar"] = self._bar(bars, p.name, arrays[p.name])
+                    name = self.next_of.get(p.name, p.name)
+                    kw[f"{p.name}_bar"] = self._bar(bars, name, arrays[name])
             if piece.result is not None:
                 kw["result_bar"] = result_bar
+            for n in wrt:    # the outputs go into spare buffers (the vjp zeroes them)
+                if n in pool:
+                    kw[f"d_{n}"] = pool.pop(n)
             raw = self._fn(vk)(**kw)
             raw = raw if isinstance(raw, tuple) else (raw,)
             intents = {p.name: p.intent for p in piece.params}
-            for n, d in zip(wrt, raw):
+            grads = dict(zip(wrt, raw))
+            for nxt, n in self.next_of.items():
+                if nxt in grads:   # the state after the step: its cotangent was bars[n]
+                    d_next = grads.pop(nxt)
+                    if n in grads:
+                        np.add(d_next, grads[n], out=grads[n])
+                        pool[nxt] = d_next
+                    else:
+                        grads[n] = d_next
+                    intents[n] = "inout"
+            for n, d in grads.items():
                 if n in scalar_grads:
                     scalar_grads[n] += float(np.asarray(d).reshape(-1)[0])
                 elif intents[n] == "inout" or bars.get(n) is None:
+                    if bars.get(n) is not None:
+                        pool[n] = bars[n]
                     bars[n] = d
                 else:
-                    bars[n] = bars[n] + d
+                    np.add(bars[n], d, out=bars[n])
+                    pool[n] = d
 
         def bounds(t0, t1):
             return {sp.start: lo + t0, sp.stop: lo + t1}
@@ -305,7 +335,9 @@ class Checkpointer:
                 if self.kind == "value_and_grad":
                     value = self._value(work, call_args)
             else:
-                reverse(sp.segment, work, bounds(action[1], action[1] + 1))
+                for n, nxt in sp.renamed.items():   # the step writes the state into a copy
+                    np.copyto(work[nxt], work[n])
+                reverse(sp.step, work, {sp.start: lo + action[1]})
             counts["reversed"] += kind == "reverse"
         if plan.steps == 0 and self.kind == "value_and_grad":
             value = self._value(work, call_args)

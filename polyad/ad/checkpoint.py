@@ -55,6 +55,8 @@ class LoopSplit:
     line: int                          # its DSL line
     before: Optional[ir.Kernel]        # None: no statement before the loop
     segment: ir.Kernel
+    step: ir.Kernel                    # iteration ``t0`` of the loop alone, for its vjp
+    renamed: dict                      # state array -> the array ``step`` writes it into
     after: Optional[ir.Kernel]         # None: no statement after the loop
     start: str                         # the segment kernel's ``t0`` parameter
     stop: str                          # its ``t1``
@@ -179,9 +181,112 @@ def split_loop(k: ir.Kernel) -> LoopSplit:
     pre = _piece(k, f"{k.name}_before", before, arrays, temps) if before else None
     post = _piece(k, f"{k.name}_after", after, arrays, temps, result=k.result) if after else None
     written = [p.name for p in seg.params if p.intent == "inout"]
-    state = tuple(n for n in written if not _iteration_local(seg, n, lp.var))
+    state = tuple(n for n in written if _reads_before_writes(seg, n) != "none")
     line = min(st.line for st in inside)
-    return LoopSplit(k, lp, line, pre, seg, post, start, stop, state, arrays, tuple(k.temps))
+    read_after = {n for st in after for n in _names_in(st)[0]}
+    local = {n for n in written if n in temps and n not in state and n not in read_after}
+    step, renamed = _step_kernel(k, seg, inside, lp, start, arrays, temps, state, local, used)
+    return LoopSplit(k, lp, line, pre, seg, step, renamed, post, start, stop, state, arrays,
+                     tuple(k.temps))
+
+
+#: intrinsics whose derivative costs about as much as the call itself
+TRANSCENDENTAL = frozenset({"exp", "exp2", "log", "log2", "log10", "sin", "cos", "tan", "sinh",
+                            "cosh", "tanh", "asin", "acos", "atan", "asinh", "acosh", "atanh",
+                            "erf", "erfc", "pow", "atan2"})
+
+
+def _step_kernel(k, seg, inside, lp, start, arrays, temps, state, local, used):
+    """The loop's iteration ``t0`` alone, shaped for a cheap vjp: a state array no read of
+    the step sees written (every read sees the step's entry value) is written into a new
+    in-out array ``<name>_next`` instead (the driver fills it with the state first), so
+    the vjp reads the entry state and needs neither tape nor forward sweep for it; and the
+    argument of a transcendental call reading several array elements is computed into a
+    per-point temporary first, so the adjoint evaluates the call's derivative once per
+    point, not once per element read (``tanh(laplacian(A))``: once, not five times).
+    ``local``: temporaries the step rewrites before it reads them and nothing after the
+    loop reads: temporaries of the step kernel (no cotangent travels with them)."""
+    names = set(used) | set(arrays)
+    renamed = {}
+    for n in state:
+        if _reads_before_writes(seg, n) == "entry":
+            renamed[n] = _fresh(f"{n}_next", names)
+            names.add(renamed[n])
+    # the loop variable becomes the parameter t0: the step's loop nests are top-level
+    # nests (the adjoint can gather from one nest into the next), its bounds conditions
+    t0 = ScalarRef(start, ir.i64)
+
+    def at_t0(e):
+        return ir.map_expr(e, lambda x: t0 if isinstance(x, LoopVar) and x.name == lp.var
+                           else None)
+
+    bounds = (Condition(Binary(">=", t0, lp.lo, ir.boolean)),
+              Condition(Binary("<", t0, lp.hi, ir.boolean)))
+    stmts, new_temps = [], {}
+    for st in inside:
+        st = dataclasses.replace(
+            st, loops=tuple(Loop(q.var, at_t0(q.lo), at_t0(q.hi), q.step) for q in st.loops[1:]),
+            conditions=bounds + tuple(Condition(at_t0(c.expr), c.positive)
+                                      for c in st.conditions),
+            guard=None if st.guard is None else at_t0(st.guard), target=at_t0(st.target),
+            expr=at_t0(st.expr), position=tuple(2 * p + 1 for p in st.position[1:]))
+        t = st.target
+        if isinstance(t, Load) and t.array in renamed:
+            expr = st.expr if st.op == "=" else Binary(st.op[0], t, st.expr, t.dtype)
+            st = dataclasses.replace(st, target=Load(renamed[t.array], t.index, t.dtype), op="=",
+                                     expr=expr)
+        arg_stmt = _argument_temp(st, names, new_temps)
+        if arg_stmt is not None:
+            stmts.append(arg_stmt[0])
+            st = arg_stmt[1]
+        stmts.append(st)
+    step_arrays = dict(arrays)
+    for n, nxt in renamed.items():
+        step_arrays[nxt] = arrays[n]
+    piece = _piece(k, f"{k.name}_step", stmts, step_arrays,
+                   {**{n: t for n, t in temps.items() if n not in local},
+                    **{nxt: None for nxt in renamed.values()}}, (start,))
+    own = tuple(temps[n] for n in temps if n in local) + tuple(new_temps.values())
+    return dataclasses.replace(piece, temps=own), renamed
+
+
+def _argument_temp(st: Statement, names: set, new_temps: dict):
+    """(``Z[i, j] = arg`` in a loop nest of its own, ``st`` reading ``Z[i, j]`` instead of
+    ``arg``) for the first
+    transcendental call of ``st`` whose argument reads two or more array elements; None
+    when there is none or its loops are not plain boxes
+    (constant start >= 0, end free of loop variables, step 1)."""
+    inner = st.loops
+    if not inner:
+        return None
+    for lp in inner:
+        lo = ir.eval_integer(lp.lo, {})
+        if lp.step != 1 or lo is None or lo < 0 or any(
+                isinstance(x, LoopVar) for x in ir.walk(lp.hi)):
+            return None
+    for call in ir.walk(st.expr):
+        if not (isinstance(call, ir.Call) and call.func in TRANSCENDENTAL):
+            continue
+        for a, arg in enumerate(call.args):
+            if not arg.dtype.is_float or len(set(ir.loads(arg))) < 2:
+                continue
+            z = _fresh(f"{st.name}_arg", names)
+            names.add(z)
+            at = ir.ArrayType(arg.dtype, tuple(lp.hi for lp in inner))
+            new_temps[z] = ir.Temp(z, at, False, "user",
+                                   holds=f"the argument of {call.func} in: {st.source}")
+            ref = Load(z, tuple(LoopVar(lp.var) for lp in inner), arg.dtype)
+            args = call.args[:a] + (ref,) + call.args[a + 1:]
+            new_call = dataclasses.replace(call, args=args)
+            expr = ir.map_expr(st.expr, lambda x: new_call if x is call else None)
+            # a loop nest of its own, just before the statement's: the adjoint's gathers
+            # from the argument's adjoint then run after it is complete (no atomics)
+            pos = (st.position[0] - 1,) + st.position[1:]
+            z_stmt = dataclasses.replace(st, name=f"{st.name}_arg", position=pos, target=ref,
+                                         op="=", expr=arg,
+                                         source=f"argument of {call.func} in: {st.source}")
+            return z_stmt, dataclasses.replace(st, expr=expr)
+    return None
 
 
 def _fresh(base: str, used: set) -> str:
@@ -192,39 +297,44 @@ def _fresh(base: str, used: set) -> str:
     return name
 
 
-def _iteration_local(seg: ir.Kernel, array: str, var: str) -> bool:
-    """Does every read of ``array`` in the segment read an element written earlier in the
-    same iteration of the loop over ``var`` (by an unguarded write)? Then no value of it
-    flows from one iteration to the next and it needs no snapshot. False when ISL cannot
-    model an access."""
+def _reads_before_writes(seg: ir.Kernel, array: str) -> str:
+    """How the reads of ``array`` (written in the segment's loop) relate to its writes in
+    the same iteration: ``"none"`` when every read reads an element an unguarded write of
+    the same iteration wrote before (no value flows from one iteration to the next: no
+    snapshot), ``"entry"`` when no read does (every read sees the iteration's entry
+    value), ``"mixed"`` otherwise or when ISL cannot model an access."""
     named = [dataclasses.replace(st, name=f"S{n}") for n, st in enumerate(seg.statements)]
     kern = dataclasses.replace(seg, statements=tuple(named))
     try:
         model = PolyModel(kern)
         sched = model.schedule_map()
-        writes = None
+        same = _same_outer(model, named)
+        writes = must = None
         for st in named:
-            if isinstance(st.target, Load) and st.target.array == array and st.guard is None:
+            if isinstance(st.target, Load) and st.target.array == array:
                 w = boundary_access_map(model, st, st.target).to_union_map()
                 writes = w if writes is None else writes.union(w)
-        if writes is None:
-            return False
+                if st.guard is None:
+                    must = w if must is None else must.union(w)
+        covered_all, covered_none = True, True
         for st in named:
             for ld in st.reads():
                 if ld.array != array:
                     continue
                 read = boundary_access_map(model, st, ld).to_union_map()
-                dom = model.domain(st)
+                dom = model.domain(st).to_union_set()
                 # S(i) -> W(j): W writes the element S reads, earlier in program order,
-                # in the same iteration of the outer loop (its first dimension)
-                pairs = read.apply_range(writes.reverse())
-                earlier = sched.intersect_domain(dom.to_union_set()).lex_gt_union_map(sched)
-                covered = pairs.intersect(earlier).intersect(_same_outer(model, named))
-                if not dom.to_union_set().subtract(covered.domain()).is_empty():
-                    return False
-        return True
-    except analysable_error_types():   # ISL cannot model an access: snapshot the array
-        return False
+                # in the same iteration of the loop (the first dimension)
+                earlier = sched.intersect_domain(dom).lex_gt_union_map(sched).intersect(same)
+                if writes is not None and not read.apply_range(writes.reverse()).intersect(
+                        earlier).is_empty():
+                    covered_none = False
+                if must is None or not dom.subtract(read.apply_range(must.reverse()).intersect(
+                        earlier).domain()).is_empty():
+                    covered_all = False
+        return "none" if covered_all else "entry" if covered_none else "mixed"
+    except analysable_error_types():   # ISL cannot model an access
+        return "mixed"
 
 
 def _same_outer(model: PolyModel, stmts) -> isl.UnionMap:
