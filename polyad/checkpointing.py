@@ -6,14 +6,14 @@ would exceed the memory budget, and whose primal has a checkpointable outer loop
 factorization), runs here instead of as one compiled program:
 
 * the primal is cut into ``before`` / ``segment(t0, t1)`` / ``after`` kernels,
-  each compiled as it is (forward) and as its vjp (``ad.vjp_kernel``): ordinary
-  polyad kernels, scheduled and parallelised like any other (parallel loops
-  inside a step keep their schedule);
+  compiled as they are (forward), and ``before`` / ``step(t0)`` / ``after``
+  differentiated by ``ad.vjp_kernel``: ordinary polyad kernels, scheduled and
+  parallelised like any other (parallel loops inside a step keep their schedule);
 * a Python driver runs the binomial (revolve) schedule over the steps of the
   loop, the ``after`` statements being the last step: it stores the state
   (``LoopSplit.state``) in snapshots, advances with the segment kernel, and
-  reverses one step at a time with the segment's vjp over ``[t, t + 1)``, whose
-  tapes hold that one step;
+  reverses one step at a time with the step kernel's vjp, whose tapes (if any)
+  hold that one step;
 * the cotangents of every array travel between the vjp calls; those of arrays a
   piece only reads accumulate.
 
@@ -212,14 +212,20 @@ class Checkpointer:
             "when": ("always" if self.derived.checkpoint not in (None, False)
                      else "when a call's tapes exceed the budget"),
             "strategy": ("binomial (revolve) over the steps of the loop (the statements after "
-                         "it are the last step), reversed one step at a time with the loop's "
-                         "vjp over [t, t + 1) (one step of tapes); snapshots = (budget - "
+                         "it are the last step), reversed one step at a time with the vjp of "
+                         "the step kernel (one step of tapes at most); snapshots = (budget - "
                          "working arrays - one step's tapes) / snapshot bytes - 1"
                          if not isinstance(self.derived.checkpoint, int)
                          or isinstance(self.derived.checkpoint, bool)
                          else f"binomial (revolve), {self.derived.checkpoint} snapshot(s) "
                               f"besides the start (checkpoint={self.derived.checkpoint})"),
             "budget": {"bytes": limit, "source": source},
+            "step": ([f"{n} is written into {nxt} (every read of the step sees the entry "
+                      f"value: no tape, no forward sweep for it)"
+                      for n, nxt in sp.renamed.items()]
+                     + [f"{t.name} {t.type!r}: {t.holds}" if t.holds else
+                        f"{t.name} {t.type!r}: rewritten before read in every step"
+                        for t in sp.step.temps]),
             "plan": None,
         }
         if sizes is not None:

@@ -521,6 +521,8 @@ def _text(d: dict) -> str:
             lines.append(f"  snapshot of {s['name']}  {s['type']} = {s['bytes']} bytes")
         lines.append(f"  one snapshot: {c['snapshot_bytes']} bytes")
         lines.append(f"  strategy: {c['strategy']}")
+        for note in c["step"]:
+            lines.append(f"  step kernel: {note}")
         p = c["plan"]
         if p:
             lines.append(f"  for {', '.join(f'{k}={v}' for k, v in p['sizes'].items())}: "

@@ -30,7 +30,7 @@ import pytest
 
 import polyad as pa
 from ad_helpers import assert_close, fd_grad, scalar_fn
-from polyad import checkpointing
+from polyad import ad, checkpointing, ir
 from polyad.ad import checkpoint as ck
 from tape_kernels import KERNELS, make_args
 
@@ -104,9 +104,22 @@ def test_split_state_is_what_flows_between_iterations():
     assert sp.state == ("A",)                          # U is rewritten before it is read
     assert {p.name: p.intent for p in sp.segment.params if p.is_array} == \
         {"A": "inout", "U": "inout"}
-    assert ck.split_loop(KERNELS["rnn"][0].ir).state == ("h",)
+    # the step kernel its vjp runs on: every read of A sees the step's entry value, so A is
+    # written into A_next; U is the step's own; tanh's argument gets a per-point array
+    assert sp.renamed == {"A": "A_next"}
+    assert {t.name: t.role for t in sp.step.temps} == {"U": "user", "S0_arg": "user"}
+    step_vjp = ad.vjp_kernel(sp.step, ["A", "A_next"])
+    assert ad.tape_arrays(step_vjp) == []
+    tanh_calls = [x for st in step_vjp.statements for x in ir.walk(st.expr)
+                  if isinstance(x, ir.Call) and x.func == "tanh"]
+    assert len(tanh_calls) == 2                    # 1 - tanh(z) * tanh(z), once per point
+    assert all(isinstance(c.args[0], ir.Load) and c.args[0].array == "S0_arg"
+               for c in tanh_calls)
+    rnn = ck.split_loop(KERNELS["rnn"][0].ir)
+    assert rnn.state == ("h",) and rnn.renamed == {"h": "h_next"}
     chol = ck.split_loop(KERNELS["cholesky"][0].ir)
     assert chol.loop.var == "i" and chol.state == ("A",)
+    assert chol.renamed == {}                       # the step reads elements it wrote
 
 
 @pa.kernel

@@ -9,7 +9,14 @@ three ordinary kernels, each differentiable by ``vjp_kernel``:
 * ``segment``: the loop, run for ``t`` in ``[t0, t1)`` (``t0``/``t1`` are new
   integer parameters; the loop keeps its bounds as affine conditions, so the
   bounds proofs still hold, and its tapes are ``t1 - t0`` steps long);
-* ``after``: the statements after the loop (the scalar the kernel returns).
+* ``after``: the statements after the loop (the scalar the kernel returns);
+* ``step``: iteration ``t0`` of the loop alone (``t0`` a parameter, the loop gone), for
+  the vjp of one step: state arrays every read of the step sees at their entry value
+  are written into ``<name>_next`` (the vjp reads the entry state: no tape, no forward
+  sweep for them), temporaries the step rewrites before reading them are its own, and
+  the argument of a transcendental call that reads several array elements is computed
+  into a per-point temporary in a nest of its own (the adjoint evaluates ``tanh'`` once
+  per point instead of once per element read, and gathers without atomics).
 
 Every array of the kernel (parameters and temporaries) is a parameter of the
 pieces that use it, in-out where the piece writes it. The *state* is the set
@@ -20,7 +27,8 @@ recompute steps ``t, t + 1, ...``. Temporaries the loop overwrites before it
 reads them (``U`` of ``U = f(A); A = U``) are not state.
 
 The reverse sweep is driven step by step (``polyad.checkpointing``): the
-segment's vjp over one step ``[t, t + 1)`` records that step's tapes only.
+vjp of the ``step`` kernel reverses one iteration, recording that step's tapes only
+(none where the state is renamed).
 Which states to keep is the binomial (revolve) schedule of Griewank and
 Walther: with ``c`` snapshots besides the start, ``l`` steps are reversed with
 the fewest forward steps, ``r * l - beta(c + 1, r - 1)`` where ``beta(c, r) =
