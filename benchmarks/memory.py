@@ -4,6 +4,7 @@
     python benchmarks/memory.py                  # the table of benchmarks/README.md
     python benchmarks/memory.py --quick          # smaller sizes, 1 repeat
     python benchmarks/memory.py --only cholesky rnn --repeats 5
+    python benchmarks/memory.py --table checkpointed   # the checkpointed rows alone
 
 For cholesky, lu, floyd-warshall, seidel-2d, an explicit nonlinear diffusion
 and a recurrent cell (``tests/tape_kernels.py``), ``pa.grad`` of a scalar cost
@@ -178,6 +179,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--memory", default="3GB", help="the gradient's memory budget")
+    ap.add_argument("--table", choices=("both", "taped", "checkpointed"), default="both",
+                    help="print only the first table (taped) or the second (checkpointed)")
     ap.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
@@ -187,12 +190,13 @@ def main(argv=None) -> int:
     from polyad.runtime.budget import parse_bytes
     table = QUICK if a.quick else SIZES
     repeats = 1 if a.quick else a.repeats
-    print(f"pa.grad memory and time, one OpenMP thread, median of {repeats}, "
-          f"budget {a.memory}")
+    print(f"pa.grad memory and time, one OpenMP thread, median of {repeats}"
+          + (f", budget {a.memory}" if a.table != "checkpointed" else ""))
     head = ("kernel", "size", "tapes now (formula)", "tapes now", "tapes before",
             "extra RSS now", "extra RSS before", "grad/fwd now", "grad/fwd before", "fwd s")
-    print(" | ".join(head))
-    for name, cases in table.items():
+    if a.table != "checkpointed":
+        print(" | ".join(head))
+    for name, cases in table.items() if a.table != "checkpointed" else ():
         if a.only and name not in a.only:
             continue
         for n, steps in cases:
@@ -215,7 +219,8 @@ def main(argv=None) -> int:
             print(" | ".join([name, size, formula, mib(now_bytes), mib(before_bytes),
                               cells[True][0], cells[False][0], cells[True][1], cells[False][1],
                               "—" if t_fwd is None else f"{t_fwd:.3f}"]), flush=True)
-    checkpointed(CHECKPOINTED_QUICK if a.quick else CHECKPOINTED, a.only, repeats)
+    if a.table != "taped":
+        checkpointed(CHECKPOINTED_QUICK if a.quick else CHECKPOINTED, a.only, repeats)
     return 0
 
 

@@ -341,8 +341,8 @@ class Checkpointer:
                 if self.kind == "value_and_grad":
                     value = self._value(work, call_args)
             else:
-                for n, nxt in sp.renamed.items():   # the step writes the state into a copy
-                    np.copyto(work[nxt], work[n])
+                # (the step writes the state into <name>_next; its vjp never reads those
+                # values, so the buffer needs no copy of the state)
                 reverse(sp.step, work, {sp.start: lo + action[1]})
             counts["reversed"] += kind == "reverse"
         if plan.steps == 0 and self.kind == "value_and_grad":
