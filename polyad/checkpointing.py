@@ -184,17 +184,20 @@ class Checkpointer:
 
     def _over_budget(self, env, limit, source, snap, fixed) -> MemoryBudgetError:
         sp = self.split
-        st = next(s for s in sp.segment.statements)
-        sizes = ", ".join(f"{k}={v}" for k, v in env.items())
-        return MemoryBudgetError(
-            f"{self.derived.ir.name}() cannot fit the memory budget of {budget.human(limit)} "
-            f"({source}) for {sizes}, even checkpointing the loop over {sp.loop.var!r} "
-            f"(line {sp.line}: {st.source}): one snapshot of its state "
-            f"({', '.join(sp.state)}) = {self.state_formula()} bytes = {budget.human(snap)}, "
-            f"plus {budget.human(fixed)} for the working arrays, cotangents and one step's "
-            f"tapes\nhow to fix: give the call more memory (pa.grad(kernel, wrt, memory="
-            f"'...'), or the environment variable {budget.ENV}, e.g. "
+        st = sp.segment.statements[0]
+        k = self.derived.ir
+        lines = budget.over_budget_lines(k, [self._nbytes(t.type, env) for t in k.temps],
+                                         env, limit, source)
+        lines.append(
+            f"checkpointing the loop over {sp.loop.var!r} (line {sp.line}: {st.source}) cannot "
+            f"meet the budget either: one snapshot of its state ({', '.join(sp.state)}) = "
+            f"{self.state_formula()} bytes = {budget.human(snap)}, plus {budget.human(fixed)} "
+            f"for the working arrays, cotangents and one step's temporaries")
+        lines.append(
+            f"how to fix: give the call more memory (pa.grad(kernel, wrt, memory='...'), or "
+            f"the environment variable {budget.ENV}; checkpointing needs at least "
             f"'{budget.human((fixed + 2 * snap) * 1.1)}'), or run smaller sizes")
+        return MemoryBudgetError("\n".join(lines))
 
     def report(self, sizes: Optional[dict] = None) -> dict:
         """The checkpointing section of ``pa.explain``: the loop, each array of a snapshot
