@@ -81,9 +81,8 @@ class Checkpointer:
         for piece in (sp.before, sp.step, sp.after):
             if piece is None:
                 continue
-            wrt = [p.name for p in piece.params
-                   if (p.is_array and (p.name in self.carried or p.name in self.next_of))
-                   or p.name in self.scalar_wrt]
+            wrt = [p.name for p in piece.params if p.intent != "out" and (
+                p.is_array and p.name in self.carried or p.name in self.scalar_wrt)]
             self._vjp_ir[piece.name] = (wrt, self._vjp(piece, wrt) if wrt else None)
         self._compiled: dict = {}
         #: ``sanitize=`` of the pieces' compilations (tests build them with ASan)
@@ -169,11 +168,10 @@ class Checkpointer:
         written = [n for n in sp.arrays
                    if n in {t.name for t in sp.temps}
                    or self.primal.param(n).intent != "in"]
-        total = sum(self._nbytes(sp.arrays[n], env) for n in written + list(sp.renamed))
+        total = sum(self._nbytes(sp.arrays[n], env) for n in written)
         # cotangents: the current one and a spare output buffer per array a vjp returns
-        returned = {self.next_of.get(n, n) for wrt, _ in self._vjp_ir.values() for n in wrt}
-        returned |= set(self.next_of) & {n for wrt, _ in self._vjp_ir.values() for n in wrt}
-        total += 2 * sum(self._nbytes(sp.arrays[self.next_of.get(n, n)], env)
+        returned = {n for wrt, _ in self._vjp_ir.values() for n in wrt}
+        total += 2 * sum(self._nbytes(sp.arrays[n], env)
                          for n in returned if n not in self.scalar_wrt)
         step_env = dict(env, **{sp.start: lo})
         worst = 0
@@ -223,8 +221,8 @@ class Checkpointer:
                          else f"binomial (revolve), {self.derived.checkpoint} snapshot(s) "
                               f"besides the start (checkpoint={self.derived.checkpoint})"),
             "budget": {"bytes": limit, "source": source},
-            "step": ([f"{n} is written into {nxt} (every read of the step sees the entry "
-                      f"value: no tape, no forward sweep for it)"
+            "step": ([f"{n} is copied into {nxt} and updated there (every read of the step "
+                      f"sees the entry value: no tape, no forward sweep for it)"
                       for n, nxt in sp.renamed.items()]
                      + [f"{t.name} {t.type!r}: {t.holds}" if t.holds else
                         f"{t.name} {t.type!r}: rewritten before read in every step"
@@ -256,8 +254,6 @@ class Checkpointer:
         # the primal's arrays: inputs as given, copies of in-out ones, fresh outputs and
         # temporaries (the derived kernel never modifies its inputs)
         work = self._arrays(bound, env, copy=True)
-        for n, nxt in sp.renamed.items():
-            work[nxt] = np.empty_like(work[n])
         scalars = {p.name: bound[p.name] for p in self.primal.params if not p.is_array}
         # cotangents: of the outputs (vjp) or of the returned scalar
         bars: dict = {}
@@ -275,7 +271,8 @@ class Checkpointer:
         def call_args(piece: ir.Kernel, arrays: dict, extra=()):
             out = {}
             for p in piece.params:
-                out[p.name] = arrays[p.name] if p.is_array else scalars.get(p.name)
+                if p.intent != "out":     # (a step's <name>_next: no input of its vjp)
+                    out[p.name] = arrays[p.name] if p.is_array else scalars.get(p.name)
             out.update(extra)
             out.update({s: sizes[s] for s in piece.sizes if s in sizes})
             return out
@@ -286,7 +283,7 @@ class Checkpointer:
                 return
             kw = call_args(piece, arrays, extra)
             for p in piece.params:
-                if p.intent == "inout":
+                if p.intent == "inout" or p.name in self.next_of:
                     name = self.next_of.get(p.name, p.name)
                     kw[f"{p.name}_bar"] = self._bar(bars, name, arrays[name])
             if piece.result is not None:
@@ -296,17 +293,13 @@ class Checkpointer:
                     kw[f"d_{n}"] = pool.pop(n)
             raw = self._fn(vk)(**kw)
             raw = raw if isinstance(raw, tuple) else (raw,)
-            intents = {p.name: p.intent for p in piece.params}
+            # arrays the piece updates (a step: its state, written into <name>_next) get
+            # the cotangent of their entry value; those it only reads accumulate
+            replaced = {p.name for p in piece.params if p.intent == "inout"} | {
+                self.next_of[p.name] for p in piece.params if p.name in self.next_of}
+            intents = {p.name: "inout" if p.name in replaced else p.intent
+                       for p in piece.params}
             grads = dict(zip(wrt, raw))
-            for nxt, n in self.next_of.items():
-                if nxt in grads:   # the state after the step: its cotangent was bars[n]
-                    d_next = grads.pop(nxt)
-                    if n in grads:
-                        np.add(d_next, grads[n], out=grads[n])
-                        pool[nxt] = d_next
-                    else:
-                        grads[n] = d_next
-                    intents[n] = "inout"
             for n, d in grads.items():
                 if n in scalar_grads:
                     scalar_grads[n] += float(np.asarray(d).reshape(-1)[0])
@@ -344,8 +337,6 @@ class Checkpointer:
                 if self.kind == "value_and_grad":
                     value = self._value(work, call_args)
             else:
-                # (the step writes the state into <name>_next; its vjp never reads those
-                # values, so the buffer needs no copy of the state)
                 reverse(sp.step, work, {sp.start: lo + action[1]})
             counts["reversed"] += kind == "reverse"
         if plan.steps == 0 and self.kind == "value_and_grad":

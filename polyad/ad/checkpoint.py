@@ -47,6 +47,7 @@ import islpy as isl
 from .. import ir
 from ..ir import Binary, Condition, Load, Loop, LoopVar, ScalarRef, Statement
 from ..looptree import Node, build_tree
+from . import exprs as X
 from ..poly import PolyModel, boundary_access_map, isl_name
 from .recorded import analysable_error_types
 
@@ -95,9 +96,9 @@ def _names_in(st: Statement) -> tuple[set, set, set, set]:
 
 
 def _piece(k: ir.Kernel, name: str, stmts: list, arrays: dict, temps: dict,
-           extra_ints=(), result=None) -> ir.Kernel:
+           extra_ints=(), result=None, outs=()) -> ir.Kernel:
     """A kernel of ``stmts`` whose arrays (``k``'s parameters and temporaries) are all
-    parameters, in-out where ``stmts`` write them."""
+    parameters, in-out where ``stmts`` write them (``outs``: outputs)."""
     read, written, sc = set(), set(), set()
     for st in stmts:
         ar, aw, sr, sw = _names_in(st)
@@ -108,7 +109,8 @@ def _piece(k: ir.Kernel, name: str, stmts: list, arrays: dict, temps: dict,
     params = []
     for n in order:
         if n in read or n in written:
-            params.append(ir.Param(n, arrays[n], "inout" if n in written else "in"))
+            intent = "out" if n in outs else "inout" if n in written else "in"
+            params.append(ir.Param(n, arrays[n], intent))
     ints = []
     for p in k.params:
         if not p.is_array and p.name in sc:
@@ -206,9 +208,10 @@ TRANSCENDENTAL = frozenset({"exp", "exp2", "log", "log2", "log10", "sin", "cos",
 
 def _step_kernel(k, seg, inside, lp, start, arrays, temps, state, local, used):
     """The loop's iteration ``t0`` alone, shaped for a cheap vjp: a state array no read of
-    the step sees written (every read sees the step's entry value) is written into a new
-    in-out array ``<name>_next`` instead (the driver fills it with the state first), so
-    the vjp reads the entry state and needs neither tape nor forward sweep for it; and the
+    the step sees written (every read sees the step's entry value) is copied into a new
+    output ``<name>_next`` and written there instead, so the vjp reads the entry state and
+    needs neither tape nor forward sweep for it (the copy's adjoint passes the cotangent
+    of the elements the step leaves alone); and the
     argument of a transcendental call reading several array elements is computed into a
     per-point temporary first, so the adjoint evaluates the call's derivative once per
     point, not once per element read (``tanh(laplacian(A))``: once, not five times).
@@ -231,13 +234,24 @@ def _step_kernel(k, seg, inside, lp, start, arrays, temps, state, local, used):
     bounds = (Condition(Binary(">=", t0, lp.lo, ir.boolean)),
               Condition(Binary("<", t0, lp.hi, ir.boolean)))
     stmts, new_temps = [], {}
+    for c, (n, nxt) in enumerate(renamed.items()):
+        at = arrays[n]
+        vs = [_fresh(f"{n.lower()}_i{d}", names) for d in range(at.ndim)]
+        names.update(vs)
+        ix = tuple(LoopVar(v) for v in vs)
+        stmts.append(Statement(f"copy_{n}", tuple(Loop(v, X.ic(0), ext, 1)
+                                                  for v, ext in zip(vs, at.shape)),
+                               (c,) + (0,) * at.ndim, bounds, None, Load(nxt, ix, at.dtype),
+                               "=", Load(n, ix, at.dtype), lp_line(inside),
+                               f"{nxt} = {n} (the state the step updates)"))
+    first = len(renamed)
     for st in inside:
         st = dataclasses.replace(
             st, loops=tuple(Loop(q.var, at_t0(q.lo), at_t0(q.hi), q.step) for q in st.loops[1:]),
             conditions=bounds + tuple(Condition(at_t0(c.expr), c.positive)
                                       for c in st.conditions),
             guard=None if st.guard is None else at_t0(st.guard), target=at_t0(st.target),
-            expr=at_t0(st.expr), position=tuple(2 * p + 1 for p in st.position[1:]))
+            expr=at_t0(st.expr), position=tuple(2 * p + 1 + first for p in st.position[1:]))
         t = st.target
         if isinstance(t, Load) and t.array in renamed:
             expr = st.expr if st.op == "=" else Binary(st.op[0], t, st.expr, t.dtype)
@@ -253,9 +267,14 @@ def _step_kernel(k, seg, inside, lp, start, arrays, temps, state, local, used):
         step_arrays[nxt] = arrays[n]
     piece = _piece(k, f"{k.name}_step", stmts, step_arrays,
                    {**{n: t for n, t in temps.items() if n not in local},
-                    **{nxt: None for nxt in renamed.values()}}, (start,))
+                    **{nxt: None for nxt in renamed.values()}}, (start,),
+                   outs=set(renamed.values()))
     own = tuple(temps[n] for n in temps if n in local) + tuple(new_temps.values())
     return dataclasses.replace(piece, temps=own), renamed
+
+
+def lp_line(stmts) -> int:
+    return min(st.line for st in stmts)
 
 
 def _argument_temp(st: Statement, names: set, new_temps: dict):
