@@ -18,8 +18,9 @@ factorization), runs here instead of as one compiled program:
   piece only reads accumulate.
 
 The number of snapshots comes from the budget: what the budget leaves after the
-driver's own arrays (working copies, cotangents) and the largest vjp call's
-temporaries, divided by the bytes of one snapshot. ``pa.grad(..., checkpoint=n)``
+driver's own arrays (working copies, cotangents), the largest vjp call's
+temporaries and a reserve of 1/64 of the budget (Python objects, allocator
+slack), divided by the bytes of one snapshot. ``pa.grad(..., checkpoint=n)``
 forces checkpointing with ``n`` snapshots (``True``: as many as the budget allows;
 ``False``: never). Checkpointing runs on the OpenMP target only.
 """
@@ -148,7 +149,7 @@ class Checkpointer:
         elif snap == 0:
             free = steps
         else:
-            free = (limit - fixed) // snap - 1
+            free = (limit - fixed - self.reserve(limit)) // snap - 1
             if free < 0:
                 raise self._over_budget(env, limit, source, snap, fixed)
         free = max(0, min(free, steps - 1))
@@ -159,6 +160,12 @@ class Checkpointer:
                     f"{steps} steps reversed one at a time, {adv} forward steps recomputed "
                     f"(each step advanced at most {r} times)")
         return Plan(steps, free, adv, strategy, snap, fixed, limit, source)
+
+    @staticmethod
+    def reserve(limit: int) -> int:
+        """Bytes of the budget kept for what the plan does not count (Python objects, the
+        allocator's slack): 1/64 of it."""
+        return limit // 64
 
     def fixed_bytes(self, env: dict, lo: int) -> int:
         """Bytes a call holds besides its snapshots: working copies of the arrays the kernel
@@ -214,8 +221,8 @@ class Checkpointer:
                      else "when a call's tapes exceed the budget"),
             "strategy": ("binomial (revolve) over the steps of the loop (the statements after "
                          "it are the last step), reversed one step at a time with the vjp of "
-                         "the step kernel (one step of tapes at most); snapshots = (budget - "
-                         "working arrays - one step's tapes) / snapshot bytes - 1"
+                         "the step kernel (one step of tapes at most); snapshots = (63/64 "
+                         "budget - working arrays - one step's temporaries) / snapshot bytes - 1"
                          if not isinstance(self.derived.checkpoint, int)
                          or isinstance(self.derived.checkpoint, bool)
                          else f"binomial (revolve), {self.derived.checkpoint} snapshot(s) "
