@@ -421,23 +421,38 @@ def refusal(derived) -> str:
 
 
 def needs_checkpointing(derived, args, kwargs) -> bool:
-    """Would this call's temporaries (the tapes above all) exceed the budget?"""
+    """Would this call's temporaries (the tapes above all) exceed the budget? Decided once
+    per call pattern (array shapes, integer arguments) and budget."""
     k = derived.ir
     if not ad.tape_arrays(k):
         return False
-    bound, sizes = bind_args(k, args, kwargs)
-    shapes = {n: np.shape(v) for n, v in bound.items() if k.param(n).is_array}
-    env = dict(ir.infer_sizes(k, shapes, sizes))
-    for p in k.params:
-        if not p.is_array and p.name in bound:
-            env[p.name] = bound[p.name]
-    total = 0
-    for t in k.temps:
-        n = 1
-        for e in t.type.shape:
-            n *= max(0, ir.eval_integer(e, env))
-        total += t.type.dtype.storage_bytes(n)
-    return total > budget.budget_bytes(derived.memory)[0]
+
+    def key_of(v):
+        if isinstance(v, np.ndarray):
+            return v.shape
+        return v if isinstance(v, (int, np.integer)) else None
+
+    limit = budget.budget_bytes(derived.memory)[0]
+    key = (limit, tuple(key_of(v) for v in args),
+           tuple((n, key_of(v)) for n, v in kwargs.items()))
+    seen = derived.__dict__.setdefault("_checkpoint_decisions", {})
+    if key not in seen:
+        if len(seen) > 64:
+            seen.clear()
+        bound, sizes = bind_args(k, args, kwargs)
+        shapes = {n: np.shape(v) for n, v in bound.items() if k.param(n).is_array}
+        env = dict(ir.infer_sizes(k, shapes, sizes))
+        for p in k.params:
+            if not p.is_array and p.name in bound:
+                env[p.name] = bound[p.name]
+        total = 0
+        for t in k.temps:
+            n = 1
+            for e in t.type.shape:
+                n *= max(0, ir.eval_integer(e, env))
+            total += t.type.dtype.storage_bytes(n)
+        seen[key] = total > limit
+    return seen[key]
 
 
 def refuse_target(target: str) -> None:
