@@ -191,11 +191,13 @@ def split_loop(k: ir.Kernel) -> LoopSplit:
     pre = _piece(k, f"{k.name}_before", before, arrays, temps) if before else None
     post = _piece(k, f"{k.name}_after", after, arrays, temps, result=k.result) if after else None
     written = [p.name for p in seg.params if p.intent == "inout"]
-    state = tuple(n for n in written if _reads_before_writes(seg, n) != "none")
-    line = min(st.line for st in inside)
+    flow = {n: _reads_before_writes(seg, n) for n in written}
+    state = tuple(n for n in written if flow[n] != "none")
+    line = _first_line(inside)
     read_after = {n for st in after for n in _names_in(st)[0]}
     local = {n for n in written if n in temps and n not in state and n not in read_after}
-    step, renamed = _step_kernel(k, seg, inside, lp, start, arrays, temps, state, local, used)
+    renamed_base = [n for n in state if flow[n] == "entry"]
+    step, renamed = _step_kernel(k, inside, lp, start, arrays, temps, renamed_base, local, used)
     return LoopSplit(k, lp, line, pre, seg, step, renamed, post, start, stop, state, arrays,
                      tuple(k.temps))
 
@@ -206,7 +208,7 @@ TRANSCENDENTAL = frozenset({"exp", "exp2", "log", "log2", "log10", "sin", "cos",
                             "erf", "erfc", "pow", "atan2"})
 
 
-def _step_kernel(k, seg, inside, lp, start, arrays, temps, state, local, used):
+def _step_kernel(k, inside, lp, start, arrays, temps, entry, local, used):
     """The loop's iteration ``t0`` alone, shaped for a cheap vjp: a state array no read of
     the step sees written (every read sees the step's entry value) is copied into a new
     output ``<name>_next`` and written there instead, so the vjp reads the entry state and
@@ -215,14 +217,14 @@ def _step_kernel(k, seg, inside, lp, start, arrays, temps, state, local, used):
     argument of a transcendental call reading several array elements is computed into a
     per-point temporary first, so the adjoint evaluates the call's derivative once per
     point, not once per element read (``tanh(laplacian(A))``: once, not five times).
-    ``local``: temporaries the step rewrites before it reads them and nothing after the
-    loop reads: temporaries of the step kernel (no cotangent travels with them)."""
+    ``entry``: the state arrays whose reads all see the step's entry value; ``local``:
+    temporaries the step rewrites before it reads them and nothing after the loop reads:
+    temporaries of the step kernel (no cotangent travels with them)."""
     names = set(used) | set(arrays)
     renamed = {}
-    for n in state:
-        if _reads_before_writes(seg, n) == "entry":
-            renamed[n] = _fresh(f"{n}_next", names)
-            names.add(renamed[n])
+    for n in entry:
+        renamed[n] = _fresh(f"{n}_next", names)
+        names.add(renamed[n])
     # the loop variable becomes the parameter t0: the step's loop nests are top-level
     # nests (the adjoint can gather from one nest into the next), its bounds conditions
     t0 = ScalarRef(start, ir.i64)
@@ -242,7 +244,7 @@ def _step_kernel(k, seg, inside, lp, start, arrays, temps, state, local, used):
         stmts.append(Statement(f"copy_{n}", tuple(Loop(v, X.ic(0), ext, 1)
                                                   for v, ext in zip(vs, at.shape)),
                                (c,) + (0,) * at.ndim, bounds, None, Load(nxt, ix, at.dtype),
-                               "=", Load(n, ix, at.dtype), lp_line(inside),
+                               "=", Load(n, ix, at.dtype), _first_line(inside),
                                f"{nxt} = {n} (the state the step updates)"))
     first = len(renamed)
     for st in inside:
@@ -273,7 +275,8 @@ def _step_kernel(k, seg, inside, lp, start, arrays, temps, state, local, used):
     return dataclasses.replace(piece, temps=own), renamed
 
 
-def lp_line(stmts) -> int:
+def _first_line(stmts) -> int:
+    """The DSL line of the first of ``stmts`` (for statements made for them)."""
     return min(st.line for st in stmts)
 
 
