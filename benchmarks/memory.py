@@ -4,6 +4,7 @@
     python benchmarks/memory.py                  # the table of benchmarks/README.md
     python benchmarks/memory.py --quick          # smaller sizes, 1 repeat
     python benchmarks/memory.py --only cholesky rnn --repeats 5
+    python benchmarks/memory.py --table checkpointed   # the checkpointed rows alone
 
 For cholesky, lu, floyd-warshall, seidel-2d, an explicit nonlinear diffusion
 and a recurrent cell (``tests/tape_kernels.py``), ``pa.grad`` of a scalar cost
@@ -21,10 +22,15 @@ and state), each row measured in a child process:
 * ``grad/fwd``: median gradient time over median forward time, same child.
 
 Rows whose tapes exceed the memory budget (``--memory``, default 3GB here)
-say ``over budget``: polyad would raise ``MemoryBudgetError`` before allocating
-(``tests/test_ad_recorded.py`` checks that it does); they are not run. One OpenMP
-thread (``OMP_NUM_THREADS=1``): the machine these numbers come from has two
-cores shared with other jobs.
+say ``over budget``: with ``checkpoint=False`` polyad raises ``MemoryBudgetError``
+before allocating (``tests/test_ad_recorded.py`` checks that it does); they are not
+run. One OpenMP thread (``OMP_NUM_THREADS=1``): the machine these numbers come from
+has two cores shared with other jobs.
+
+A second table runs gradients whose tapes exceed a small budget, so that polyad
+checkpoints their loop (``polyad.checkpointing``; the diffusion at N = 1000,
+T = 500 under 256 MB): the snapshots and recomputed steps the binomial schedule
+chose, the bytes of one snapshot, extra RSS and grad/fwd measured as above.
 """
 
 from __future__ import annotations
@@ -59,6 +65,9 @@ QUICK = {
     "cholesky": [(200, 0)], "lu": [(200, 0)], "floyd-warshall": [(100, 0)],
     "seidel-2d": [(200, 20)], "diffusion": [(100, 20)], "rnn": [(64, 100)],
 }
+#: name -> (size, steps, budget) of the checkpointed rows (full run, --quick)
+CHECKPOINTED = {"diffusion": [(1000, 500, "256MB")]}
+CHECKPOINTED_QUICK = {"diffusion": [(100, 20, "1.5MB")]}
 
 
 def hwm_kib() -> int:
@@ -79,22 +88,28 @@ def child(name: str, n: int, steps: int, exact: bool, repeats: int, memory: str)
     import numpy as np
 
     import polyad as pa
-    from polyad import ad
+    from polyad import ad, checkpointing
     from polyad.derivatives import DerivedKernel
     from tape_kernels import KERNELS, make_args
 
     kernel, wrt = KERNELS[name]
     if exact:
+        # checkpointed when the tapes exceed ``memory`` (the second table's rows)
         g = pa.grad(kernel, wrt, memory=memory)
     else:
         g = DerivedKernel(ad.grad_kernel(kernel.ir, wrt, exact_tapes=False), "grad", kernel, wrt)
         g.memory = memory
+        g.checkpoint = False
     args = make_args(name, n, np.random.default_rng(0), steps=max(steps, 1))
 
     def fresh():
         return {k: np.copy(v) if isinstance(v, np.ndarray) else v for k, v in args.items()}
 
-    fwd_fn, grad_fn = pa.compile(kernel), g.compile()
+    fwd_fn = pa.compile(kernel)
+    if exact and checkpointing.needs_checkpointing(g, (), fresh()):
+        checkpointing.checkpointer(g).compile_all()   # compile outside the measurement
+    else:
+        g.compile()
     fwd_args, grad_args = fresh(), fresh()
     reset_hwm()
     base = hwm_kib()
@@ -102,7 +117,7 @@ def child(name: str, n: int, steps: int, exact: bool, repeats: int, memory: str)
     fwd_peak = hwm_kib()
     reset_hwm()
     try:
-        grad_fn(**grad_args)
+        g(**grad_args)
     except pa.MemoryBudgetError as exc:
         return {"error": str(exc).split("\n")[0]}
     grad_peak = hwm_kib()
@@ -116,9 +131,15 @@ def child(name: str, n: int, steps: int, exact: bool, repeats: int, memory: str)
             samples.append(time.perf_counter() - t)
         return statistics.median(samples)
 
-    t_fwd, t_grad = median(fwd_fn), median(grad_fn)
+    t_fwd, t_grad = median(fwd_fn), median(g)
+    plan = checkpointing.checkpointer(g).last_plan if exact and g.__dict__.get(
+        "_checkpointer") else None
     return {"base_kib": base, "fwd_peak_kib": fwd_peak, "grad_peak_kib": grad_peak,
-            "t_fwd": t_fwd, "t_grad": t_grad}
+            "t_fwd": t_fwd, "t_grad": t_grad,
+            "plan": None if plan is None else {"snapshots": plan.snapshots,
+                                               "advances": plan.advances,
+                                               "steps": plan.steps,
+                                               "snapshot_bytes": plan.snapshot_bytes}}
 
 
 def tape_info(name: str, n: int, steps: int, exact: bool) -> tuple[str, int]:
@@ -158,6 +179,8 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--memory", default="3GB", help="the gradient's memory budget")
+    ap.add_argument("--table", choices=("both", "taped", "checkpointed"), default="both",
+                    help="print only the first table (taped) or the second (checkpointed)")
     ap.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
@@ -167,12 +190,13 @@ def main(argv=None) -> int:
     from polyad.runtime.budget import parse_bytes
     table = QUICK if a.quick else SIZES
     repeats = 1 if a.quick else a.repeats
-    print(f"pa.grad memory and time, one OpenMP thread, median of {repeats}, "
-          f"budget {a.memory}")
+    print(f"pa.grad memory and time, one OpenMP thread, median of {repeats}"
+          + (f", budget {a.memory}" if a.table != "checkpointed" else ""))
     head = ("kernel", "size", "tapes now (formula)", "tapes now", "tapes before",
             "extra RSS now", "extra RSS before", "grad/fwd now", "grad/fwd before", "fwd s")
-    print(" | ".join(head))
-    for name, cases in table.items():
+    if a.table != "checkpointed":
+        print(" | ".join(head))
+    for name, cases in table.items() if a.table != "checkpointed" else ():
         if a.only and name not in a.only:
             continue
         for n, steps in cases:
@@ -195,7 +219,40 @@ def main(argv=None) -> int:
             print(" | ".join([name, size, formula, mib(now_bytes), mib(before_bytes),
                               cells[True][0], cells[False][0], cells[True][1], cells[False][1],
                               "—" if t_fwd is None else f"{t_fwd:.3f}"]), flush=True)
+    if a.table != "taped":
+        checkpointed(CHECKPOINTED_QUICK if a.quick else CHECKPOINTED, a.only, repeats)
     return 0
+
+
+def checkpointed(table: dict, only, repeats: int) -> None:
+    """The second table: gradients checkpointed under a budget their tapes exceed."""
+    from polyad.checkpointing import checkpointer
+    from polyad.derivatives import grad
+    from tape_kernels import KERNELS
+    print()
+    print("checkpointed gradients (the tapes exceed the budget)")
+    head = ("kernel", "size", "budget", "tapes unchecked", "snapshot (formula)", "snapshots",
+            "steps recomputed / reversed", "extra RSS", "grad/fwd", "fwd s")
+    print(" | ".join(head))
+    for name, cases in table.items():
+        if only and name not in only:
+            continue
+        kernel, wrt = KERNELS[name]
+        formula = checkpointer(grad(kernel, wrt, checkpoint=True)).state_formula()
+        for n, steps, memory in cases:
+            size = f"N={n}" + (f", T={steps}" if steps else "")
+            _, tape_bytes = tape_info(name, n, steps, True)
+            r = run_child(name, n, steps, True, repeats, memory)
+            if "error" in r:
+                print(" | ".join([name, size, memory, mib(tape_bytes), formula, r["error"]]))
+                continue
+            p = r["plan"] or {}
+            extra = max(0, r["grad_peak_kib"] - r["fwd_peak_kib"]) * 1024
+            print(" | ".join([name, size, memory, mib(tape_bytes), formula,
+                              str(p.get("snapshots", "not checkpointed")),
+                              f"{p.get('advances', 0)} / {p.get('steps', 0)}", mib(extra),
+                              f"{r['t_grad'] / r['t_fwd']:.1f}", f"{r['t_fwd']:.3f}"]),
+                  flush=True)
 
 
 if __name__ == "__main__":

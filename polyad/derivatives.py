@@ -27,10 +27,11 @@ from typing import Optional
 import numpy as np
 
 from . import ad, callconv, ir
+from . import checkpointing as _checkpointing
 from .ad import funcs as _ad_funcs
 from .ad import rules as _ad_rules
 from .api import Func, Kernel
-from .errors import ShapeError
+from .errors import NotDifferentiableError, ShapeError
 from .pipeline import kernel_ir
 from .runtime import budget as _budget
 from .testing import bind_args, call_interpreted
@@ -69,6 +70,10 @@ class DerivedKernel(Kernel):
         #: the memory budget of a call's tapes and temporaries (``memory=`` of pa.grad & co.;
         #: None: the default, see ``polyad.runtime.budget``)
         self.memory = None
+        #: ``checkpoint=`` of pa.grad & co.: None (checkpoint when the tapes exceed the
+        #: budget), True / False (always / never), or a number of snapshots (always)
+        self.checkpoint = None
+        self._has_tapes = bool(ad.tape_arrays(ir_kernel))
         self.__name__ = ir_kernel.name
         self.__qualname__ = ir_kernel.name
         self.kind = kind
@@ -97,15 +102,50 @@ class DerivedKernel(Kernel):
         return f"Returns: {grads}."
 
     def __call__(self, *args, **kwargs):
+        if self.checkpoint is not False and self.kind in _CHECKPOINTED_KINDS:
+            if self.checkpoint is not None:
+                cp = _checkpointing.checkpointer(self)
+                if cp is None:
+                    raise NotDifferentiableError(
+                        f"{self.ir.name}: checkpoint={self.checkpoint!r} but "
+                        f"{_checkpointing.refusal(self)}", self.ir.filename or "<kernel>",
+                        self.ir.line, 0, "call without checkpoint= (the tapes must then fit "
+                        "the memory budget)")
+                count = None if self.checkpoint is True else int(self.checkpoint)
+                return self._package(cp(args, kwargs, count))
+            if self._has_tapes and _checkpointing.needs_checkpointing(self, args, kwargs):
+                cp = _checkpointing.checkpointer(self)
+                if cp is not None:
+                    return self._package(cp(args, kwargs))
         fn = self._default
         if fn is None:
             fn = self._default = self.compile()
         return self._package(fn(*args, **kwargs))
 
     def compile(self, target: str = "openmp", sanitize=None, deterministic: bool = False):
+        if self.checkpoint not in (None, False):
+            _checkpointing.refuse_target(target)
         fn = super().compile(target, sanitize, deterministic)
         fn.memory_budget = self.memory
         return fn
+
+    def checkpoint_report(self, sizes=None):
+        """The checkpointing section of ``pa.explain`` (None: no tapes, or no loop to
+        checkpoint)."""
+        if self.kind not in _CHECKPOINTED_KINDS or self.checkpoint is False \
+                or not ad.tape_arrays(self.ir):
+            return None
+        cp = _checkpointing.checkpointer(self)
+        return None if cp is None else cp.report(sizes)
+
+    def checkpoint_plan(self, **sizes):
+        """The checkpointing plan (``polyad.checkpointing.Plan``) of a call with these sizes
+        and integer parameters; None when the primal has no checkpointable loop."""
+        cp = _checkpointing.checkpointer(self)
+        if cp is None:
+            return None
+        count = None if self.checkpoint in (None, True, False) else int(self.checkpoint)
+        return cp.plan(sizes, self.memory, count)
 
     def package(self, raw):
         """Shape the raw outputs (``d_<wrt>`` arrays, maybe led by the value) for the user."""
@@ -170,23 +210,32 @@ def _jvp_packager(primal: ir.Kernel):
     return package
 
 
-def _derived(k, wrt, kind, build, cls=None, memory=None):
+_CHECKPOINTED_KINDS = ("grad", "value_and_grad", "vjp")
+
+
+def _derived(k, wrt, kind, build, cls=None, memory=None, checkpoint=None):
     if memory is not None:
         _budget.parse_bytes(memory)    # a bad budget fails here, not at the first call
+    if not (checkpoint is None or isinstance(checkpoint, bool)
+            or isinstance(checkpoint, int) and checkpoint >= 0):
+        raise TypeError(f"checkpoint must be None, True, False or a number of snapshots "
+                        f"(>= 0), got {checkpoint!r}")
     if isinstance(k, ir.Kernel):
         k = Kernel(ir_kernel=k)
     if not isinstance(k, Kernel):
         raise TypeError(f"pa.{kind}() differentiates a @pa.kernel, got {k!r}")
     cache = k.__dict__.setdefault("_polyad_derived", {})
-    key = (kind, _wrt_key(wrt), _RULES_VERSION[0], memory)
+    # checkpoint=0 (snapshots) is not checkpoint=False, though 0 == False
+    key = (kind, _wrt_key(wrt), _RULES_VERSION[0], memory, (type(checkpoint), checkpoint))
     if key not in cache:
         cache[key] = (cls or DerivedKernel)(build(k.ir, wrt), kind, k, wrt)
         cache[key].memory = memory
+        cache[key].checkpoint = checkpoint
     return cache[key]
 
 
 @user_facing
-def grad(k, wrt, mode: Optional[str] = None, memory=None) -> DerivedKernel:
+def grad(k, wrt, mode: Optional[str] = None, memory=None, checkpoint=None) -> DerivedKernel:
     """Gradient of the scalar a kernel returns, with respect to ``wrt``.
 
     ``wrt``: a parameter name (the call returns one array or float), a list
@@ -200,6 +249,12 @@ def grad(k, wrt, mode: Optional[str] = None, memory=None) -> DerivedKernel:
     ``pa.MemoryBudgetError`` naming each tape and its size formula before
     allocating anything. Default: ``POLYAD_MEMORY_BUDGET``, else half the
     physical memory. ``pa.explain`` of the derived kernel lists the tapes.
+    ``checkpoint``: when the tapes would exceed the budget and the kernel has an outer
+    sequential loop (time steps, the outer ``k`` of a factorization), the call stores the
+    loop's state at checkpoints and recomputes steps instead (binomial / revolve schedule,
+    snapshots chosen from the budget; ``polyad.checkpointing``). ``checkpoint=True``
+    always checkpoints, ``False`` never, ``n`` (an int) always, with ``n`` snapshots
+    besides the start. Checkpointing runs on the OpenMP target only.
     """
     if mode is None:
         names = ad.check_wrt(kernel_ir(k), wrt)
@@ -209,7 +264,7 @@ def grad(k, wrt, mode: Optional[str] = None, memory=None) -> DerivedKernel:
         return _derived(k, wrt, "grad_forward", ad.forward_grad_kernel, memory=memory)
     if mode != "reverse":
         raise ValueError(f"mode must be 'forward' or 'reverse', got {mode!r}")
-    return _derived(k, wrt, "grad", ad.grad_kernel, memory=memory)
+    return _derived(k, wrt, "grad", ad.grad_kernel, memory=memory, checkpoint=checkpoint)
 
 
 @user_facing
@@ -226,17 +281,19 @@ def jvp(k, wrt) -> DerivedKernel:
 
 
 @user_facing
-def value_and_grad(k, wrt, memory=None) -> DerivedKernel:
-    """Like ``grad`` (``memory`` too); the call returns ``(value, gradient(s))``."""
-    return _derived(k, wrt, "value_and_grad", ad.value_and_grad_kernel, memory=memory)
+def value_and_grad(k, wrt, memory=None, checkpoint=None) -> DerivedKernel:
+    """Like ``grad`` (``memory`` and ``checkpoint`` too); the call returns
+    ``(value, gradient(s))``."""
+    return _derived(k, wrt, "value_and_grad", ad.value_and_grad_kernel, memory=memory,
+                    checkpoint=checkpoint)
 
 
 @user_facing
-def vjp(k, wrt, memory=None) -> DerivedKernel:
+def vjp(k, wrt, memory=None, checkpoint=None) -> DerivedKernel:
     """Pullback: call with ``k``'s inputs, then one cotangent per output array (``pa.Out`` and
     in-out arrays, in order), then the cotangent of the returned scalar if any; returns
-    the cotangent(s) of ``wrt``. ``memory``: the tape budget, as for ``grad``."""
-    return _derived(k, wrt, "vjp", ad.vjp_kernel, memory=memory)
+    the cotangent(s) of ``wrt``. ``memory`` and ``checkpoint``: as for ``grad``."""
+    return _derived(k, wrt, "vjp", ad.vjp_kernel, memory=memory, checkpoint=checkpoint)
 
 
 @user_facing

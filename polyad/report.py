@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, Optional
 
 import islpy as isl
 
@@ -43,18 +43,20 @@ DEPENDENCE_KINDS = (("flow", "read after write"), ("anti", "write after read"),
 
 
 def explain(kernel, format: str = "text", target: str = "openmp",
-            deterministic: bool = False) -> str:
+            deterministic: bool = False, sizes: Optional[dict] = None) -> str:
     """A report of how ``kernel`` (a ``pa.Kernel``, primal or derived) is compiled.
 
     ``format``: ``"text"`` (sections for people), ``"json"`` (the same
     content as a JSON object, see ``report``) or ``"dot"`` (the dependence
     graph between the scheduled statements, for Graphviz). ``target``: the
     code generator whose source is shown (``"openmp"``); ``deterministic``:
-    explain the schedule ``pa.compile(k, deterministic=True)`` uses.
+    explain the schedule ``pa.compile(k, deterministic=True)`` uses; ``sizes``
+    (sizes and integer parameters, e.g. ``{"N": 1000, "steps": 500}``): the
+    checkpointing plan of a derived kernel for a call with these values.
     """
     if format not in FORMATS:
         raise ValueError(f"unknown format {format!r}; choose one of {', '.join(FORMATS)}")
-    data = report(kernel, target, deterministic)
+    data = report(kernel, target, deterministic, sizes)
     if format == "json":
         return json.dumps(data, indent=2) + "\n"
     if format == "dot":
@@ -62,19 +64,23 @@ def explain(kernel, format: str = "text", target: str = "openmp",
     return _text(data)
 
 
-def report(kernel, target: str = "openmp", deterministic: bool = False) -> dict:
+def report(kernel, target: str = "openmp", deterministic: bool = False,
+           sizes: Optional[dict] = None) -> dict:
     """The report of ``explain`` as a JSON-serialisable dict.
 
     Keys: ``kernel file line target deterministic params result sizes
     c_signature c_params context requirements statements scatter_to_gather
     dependences dependences_computed schedule_origin schedule_decisions schedule_tree
-    loops ast temporaries tapes source``, and ``memory_budget`` where the kernel has tapes.
-    ISL objects appear in ISL's own notation.
+    loops ast temporaries tapes source``, ``memory_budget`` where the kernel has tapes and
+    ``checkpoints`` where a derived kernel's loop can be checkpointed
+    (``polyad.checkpointing``). ISL objects appear in ISL's own notation.
     """
     data = artifact_report(artifact_of(kernel, Options(target, deterministic)))
     if data["tapes"]:
         limit, source = budget.budget_bytes(getattr(kernel, "memory", None))
         data["memory_budget"] = {"bytes": limit, "source": source}
+    checkpoints = getattr(kernel, "checkpoint_report", None)
+    data["checkpoints"] = checkpoints(sizes) if checkpoints is not None else None
     return data
 
 
@@ -502,7 +508,27 @@ def _text(d: dict) -> str:
         b = d["memory_budget"]
         lines.append(f"  total: {' + '.join(t['bytes'] for t in d['tapes'])} bytes; a call "
                      f"whose temporaries exceed {budget.human(b['bytes'])} ({b['source']}) "
-                     f"raises MemoryBudgetError")
+                     f"raises MemoryBudgetError" + (
+                         ", unless it checkpoints (below)" if d.get("checkpoints") else ""))
+
+    c = d.get("checkpoints")
+    if c:
+        _section(lines, f"checkpoints (the loop over {c['loop']}, line {c['line']}: "
+                        f"{c['statement']})")
+        lines.append(f"  checkpointed {c['when']} ({budget.human(c['budget']['bytes'])}, "
+                     f"{c['budget']['source']}); OpenMP target only")
+        for s in c["state"]:
+            lines.append(f"  snapshot of {s['name']}  {s['type']} = {s['bytes']} bytes")
+        lines.append(f"  one snapshot: {c['snapshot_bytes']} bytes")
+        lines.append(f"  strategy: {c['strategy']}")
+        for note in c["step"]:
+            lines.append(f"  step kernel: {note}")
+        p = c["plan"]
+        if p:
+            lines.append(f"  for {', '.join(f'{k}={v}' for k, v in p['sizes'].items())}: "
+                         f"{p['snapshots']} snapshot(s) of {budget.human(p['snapshot_bytes'])} "
+                         f"besides the start, {budget.human(p['fixed_bytes'])} of working "
+                         f"arrays; {p['strategy']}")
 
     _section(lines, f"generated source ({d['target']})")
     lines += d["source"].rstrip("\n").split("\n")

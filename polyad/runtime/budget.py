@@ -87,6 +87,19 @@ def check(kernel: ir.Kernel, nbytes: list[int], sizes: dict, memory=None) -> Non
     limit, source = budget_bytes(memory)
     if total <= limit:
         return
+    lines = over_budget_lines(kernel, nbytes, sizes, limit, source)
+    lines.append("how to fix: give the call more memory (pa.grad(kernel, wrt, memory='...'), "
+                 f"or the environment variable {ENV}, e.g. '{human(total * 1.1)}'), run smaller "
+                 "sizes, or split the loop that fills the largest tape into several kernel "
+                 "calls (checkpoints)")
+    raise MemoryBudgetError("\n".join(lines))
+
+
+def over_budget_lines(kernel: ir.Kernel, nbytes: list[int], sizes: dict, limit: int,
+                      source: str) -> list[str]:
+    """The lines of a ``MemoryBudgetError`` that name the total and each temporary (its
+    statement and size formula), largest first."""
+    total = sum(nbytes)
     sizes_text = ", ".join(f"{k}={v}" for k, v in sizes.items())
     lines = [f"{kernel.name}() would allocate {human(total)} of temporaries for {sizes_text}, "
              f"over the memory budget of {human(limit)} ({source})"]
@@ -97,8 +110,4 @@ def check(kernel: ir.Kernel, nbytes: list[int], sizes: dict, memory=None) -> Non
         what = f": {t.holds}" if t.holds else ""
         lines.append(f"  {t.role} {t.name} {t.type!r} = {size_formula(t)} bytes = {human(n)}"
                      f"{what}")
-    lines.append("how to fix: give the call more memory (pa.grad(kernel, wrt, memory='...'), "
-                 f"or the environment variable {ENV}, e.g. '{human(total * 1.1)}'), run smaller "
-                 "sizes, or split the loop that fills the largest tape into several kernel "
-                 "calls (checkpoints)")
-    raise MemoryBudgetError("\n".join(lines))
+    return lines
