@@ -107,6 +107,8 @@ class PolyModel:
             _parent._access_maps if shared else {})
         # (array, None) -> its elements; (array, d) -> indices outside dimension d.
         self._boxes: dict[tuple, isl.Set] = {}
+        # schedule_tree's answers (passes ask several times for one kernel's order).
+        self._trees: dict[Optional[tuple], isl.Schedule] = {}
 
     def for_kernel(self, kernel: ir.Kernel) -> "PolyModel":
         """The model of ``kernel`` (this model's kernel rewritten by a pass): this model for
@@ -240,6 +242,12 @@ class PolyModel:
         ``schedule_map``; isl's dependence analysis on a tree compares statements in
         different children of a sequence without any polyhedral work.
         """
+        key = None if names is None else tuple(sorted(names.items()))
+        if key not in self._trees:
+            self._trees[key] = self._schedule_tree(names)
+        return self._trees[key]
+
+    def _schedule_tree(self, names: Optional[dict[str, str]]) -> isl.Schedule:
         entries = []
         for st in self.kernel.statements:
             dom = self.domain(st)
