@@ -164,6 +164,11 @@ class PolyModel:
         self._domains[id(st)] = (st, dom)
         return dom
 
+    def seed_domain(self, st: Statement, dom: isl.Set) -> None:
+        """Record ``dom`` as the domain of ``st`` (a pass that built ``st`` knows it already:
+        the boundary pieces are cut from their statement's domain)."""
+        self._domains[id(st)] = (st, dom.coalesce())
+
     def union_domain(self) -> isl.UnionSet:
         out = isl.UnionSet.empty(self.context.get_space())
         for st in self.kernel.statements:
@@ -378,13 +383,15 @@ def split_boundary_pieces(kernel: ir.Kernel, model: Optional[PolyModel] = None) 
                                         pdom if implied else sub.coalesce(),
                                         {**choice, ld: choice.get(ld, []) + [res]}))
                 pieces = refined
-        for k, (conds, _, choice) in enumerate(pieces):
+        for k, (conds, pdom, choice) in enumerate(pieces):
             piece = _resolve_piece(st, choice)
             if piece is None:
                 continue
             if len(pieces) > 1:
                 piece = piece.split("boundary", k, f"{st.name}_{k}")
-            new_statements.append(dataclasses.replace(piece, conditions=st.conditions + conds))
+            piece = dataclasses.replace(piece, conditions=st.conditions + conds)
+            model.seed_domain(piece, pdom.set_tuple_name(piece.name))
+            new_statements.append(piece)
     return dataclasses.replace(kernel, statements=tuple(new_statements))
 
 
