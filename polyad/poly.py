@@ -100,9 +100,15 @@ class PolyModel:
         self.max_depth = max((len(s.loops) for s in kernel.statements), default=0)
         # id(statement) -> (statement, domain): a domain depends on the statement and the
         # context only, so models of one compilation with the same context share them.
-        self._domains: dict[int, tuple[Statement, isl.Set]] = (
-            _parent._domains if _parent is not None and _parent.context_text == self.context_text
-            else {})
+        shared = _parent is not None and _parent.context_text == self.context_text
+        self._domains: dict[int, tuple[Statement, isl.Set]] = _parent._domains if shared else {}
+        # (id(statement), load) -> (statement, access map): like the domains, shared.
+        self._access_maps: dict[tuple, tuple[Statement, isl.Map]] = (
+            _parent._access_maps if shared else {})
+        # (array, None) -> its elements; (array, d) -> indices outside dimension d.
+        self._boxes: dict[tuple, isl.Set] = {}
+        # schedule_tree's answers (passes ask several times for one kernel's order).
+        self._trees: dict[Optional[tuple], isl.Schedule] = {}
 
     def for_kernel(self, kernel: ir.Kernel) -> "PolyModel":
         """The model of ``kernel`` (this model's kernel rewritten by a pass): this model for
@@ -158,19 +164,52 @@ class PolyModel:
         self._domains[id(st)] = (st, dom)
         return dom
 
+    def seed_domain(self, st: Statement, dom: isl.Set) -> None:
+        """Record ``dom`` as the domain of ``st`` (a pass that built ``st`` knows it already:
+        the boundary pieces are cut from their statement's domain)."""
+        self._domains[id(st)] = (st, dom.coalesce())
+
     def union_domain(self) -> isl.UnionSet:
         out = isl.UnionSet.empty(self.context.get_space())
         for st in self.kernel.statements:
             out = out.union(self.domain(st).to_union_set())
         return out
 
+    # ---- arrays ----------------------------------------------------------
+    def array_box(self, array: str) -> isl.Set:
+        """``{ A[i0, i1, ...] : 0 <= i_d < extent_d }``: the elements of ``array``."""
+        key = (array, None)
+        if key not in self._boxes:
+            at = self.kernel.array_type(array)
+            idx = [f"i{d}" for d in range(at.ndim)]
+            cons = " and ".join(f"0 <= {v} < {affine_text(ext)}" for v, ext in zip(idx, at.shape))
+            self._boxes[key] = self.set(f"{array}[{', '.join(idx)}]", cons or "true")
+        return self._boxes[key]
+
+    def outside_dimension(self, array: str, d: int) -> isl.Set:
+        """The indices of ``array`` outside its extent along dimension ``d``."""
+        key = (array, d)
+        if key not in self._boxes:
+            at = self.kernel.array_type(array)
+            idx = [f"i{k}" for k in range(at.ndim)]
+            ext = affine_text(at.shape[d])
+            self._boxes[key] = self.set(f"{array}[{', '.join(idx)}]",
+                                        f"i{d} < 0 or i{d} >= {ext}")
+        return self._boxes[key]
+
     # ---- accesses --------------------------------------------------------
     def access_map(self, st: Statement, ld: Load) -> isl.Map:
         """``{ S[i] -> A[index(i)] }`` restricted to the domain of ``st`` (plain affine index)."""
+        key = (id(st), ld)
+        hit = self._access_maps.get(key)
+        if hit is not None and hit[0] is st:
+            return hit[1]
         idx = ", ".join(affine_text(e) for e in ld.index)
         m = isl.Map.read_from_str(
             self.ctx, f"{self.param_prefix}{{ {self.tuple_text(st)} -> {ld.array}[{idx}] }}")
-        return m.intersect_domain(self.domain(st))
+        m = m.intersect_domain(self.domain(st))
+        self._access_maps[key] = (st, m)
+        return m
 
     def scalar_map(self, st: Statement, name: str) -> isl.Map:
         m = isl.Map.read_from_str(
@@ -208,6 +247,12 @@ class PolyModel:
         ``schedule_map``; isl's dependence analysis on a tree compares statements in
         different children of a sequence without any polyhedral work.
         """
+        key = None if names is None else tuple(sorted(names.items()))
+        if key not in self._trees:
+            self._trees[key] = self._schedule_tree(names)
+        return self._trees[key]
+
+    def _schedule_tree(self, names: Optional[dict[str, str]]) -> isl.Schedule:
         entries = []
         for st in self.kernel.statements:
             dom = self.domain(st)
@@ -338,13 +383,15 @@ def split_boundary_pieces(kernel: ir.Kernel, model: Optional[PolyModel] = None) 
                                         pdom if implied else sub.coalesce(),
                                         {**choice, ld: choice.get(ld, []) + [res]}))
                 pieces = refined
-        for k, (conds, _, choice) in enumerate(pieces):
+        for k, (conds, pdom, choice) in enumerate(pieces):
             piece = _resolve_piece(st, choice)
             if piece is None:
                 continue
             if len(pieces) > 1:
                 piece = piece.split("boundary", k, f"{st.name}_{k}")
-            new_statements.append(dataclasses.replace(piece, conditions=st.conditions + conds))
+            piece = dataclasses.replace(piece, conditions=st.conditions + conds)
+            model.seed_domain(piece, pdom.set_tuple_name(piece.name))
+            new_statements.append(piece)
     return dataclasses.replace(kernel, statements=tuple(new_statements))
 
 
@@ -414,7 +461,6 @@ def check_bounds(kernel: ir.Kernel, model: PolyModel) -> list[SizeRequirement]:
     """
     requirements = []
     for st in kernel.statements:
-        dom = model.domain(st)
         accesses = [(ld, "reads") for ld in st.reads() if ld is not st.target]
         if isinstance(st.target, Load):
             accesses.append((st.target, "writes"))
@@ -425,9 +471,11 @@ def check_bounds(kernel: ir.Kernel, model: PolyModel) -> list[SizeRequirement]:
                 continue
             seen.add(key)
             at = kernel.array_type(ld.array)
-            for d, (e, ext) in enumerate(zip(ld.index, at.shape)):
-                et, xt = affine_text(e), affine_text(ext)
-                bad = dom.intersect(model.set(model.tuple_text(st), f"{et} < 0 or {et} >= {xt}"))
+            acc_map = model.access_map(st, ld)
+            if acc_map.range().is_subset(model.array_box(ld.array)):
+                continue  # (most accesses: one test instead of one per dimension)
+            for d, ext in enumerate(at.shape):
+                bad = acc_map.intersect_range(model.outside_dimension(ld.array, d)).domain()
                 if bad.is_empty():
                     continue
                 access = f"{ld.array}[{', '.join(ir.expr_str(i) for i in ld.index)}]"

@@ -155,8 +155,24 @@ class _LoopAnalysis:
         self.locals = dict(sk_kernel.locals)
         self.loops: dict[str, LoopFacts] = {}
         self.error: Optional[BaseException] = None
+        # (kind, variable) -> [(source statement, sink statement, map)]: a loop's test
+        # looks only at the pairs of statements inside it (hundreds of loops of a
+        # separated boundary stencil each hold a few of the pieces).
+        self.pairs: dict[tuple, list] = {}
+        for kind in ("flow", "anti", "output"):
+            for var, umap in getattr(deps, kind).items():
+                self.pairs[kind, var] = [(m.get_tuple_name(isl.dim_type.in_),
+                                          m.get_tuple_name(isl.dim_type.out), m)
+                                         for m in _maps(umap)]
 
-    def carried(self, dep: isl.UnionMap, sched: isl.UnionMap, ldom: isl.UnionSet, depth: int) -> bool:
+    def carried(self, kind: str, var: str, stmts: frozenset, sched: isl.UnionMap,
+                ldom: isl.UnionSet, depth: int) -> bool:
+        inside = [m for src, dst, m in self.pairs[kind, var] if src in stmts and dst in stmts]
+        if not inside:
+            return False
+        dep = inside[0].to_union_map()
+        for m in inside[1:]:
+            dep = dep.union(m.to_union_map())
         d = dep.intersect_domain(ldom).intersect_range(ldom)
         if d.is_empty():
             return False
@@ -207,7 +223,7 @@ class _LoopAnalysis:
         reasons = []
         any_carried = False
         for var in sorted(set(self.deps.flow) | set(self.deps.anti) | set(self.deps.output)):
-            carried = {kind: self.carried(getattr(self.deps, kind)[var], sched, ldom, depth)
+            carried = {kind: self.carried(kind, var, stmts, sched, ldom, depth)
                        for kind in ("flow", "anti", "output") if var in getattr(self.deps, kind)}
             written = any(self.by_name[s].target_name == var for s in stmts)
             if not any(carried.values()) and not (written and var in self.locals):
@@ -332,9 +348,10 @@ def schedule_kernel(kernel: ir.Kernel,
         requirements: list[SizeRequirement] = written_requirements + [
             r for r in check_bounds(split, model)
             if all(r.message != w.message for w in written_requirements)]
+    scalars = frozenset(n for n, _ in split.locals)
     with clock.stage("dependences", n):
         # Scalars are private or reductions; which one only their flow decides.
-        deps = dependences(model, flow_only=frozenset(n for n, _ in split.locals))
+        deps = dependences(model, flow_only=scalars)
     with clock.stage("ast", n):
         chosen = _candidate(_program_order_schedule(model), split, model, deps)
     origin = "program order"
@@ -346,7 +363,12 @@ def schedule_kernel(kernel: ir.Kernel,
         # ISL for a schedule (which the unit-stride pass below can then reorder)
         with clock.stage("isl scheduler", n):
             # The scheduler may reorder anything: it needs every dependence, scalars' too.
-            isl_schedule = _isl_schedule(model, dependences(model))
+            # The arrays' are those above (on a clamped stencil's adjoint they are most of
+            # the analysis time); only the scalars' anti and output ones are missing.
+            false_scalar = dependences(model, variables=scalars)
+            isl_schedule = _isl_schedule(model, Dependences(
+                deps.flow, {**deps.anti, **false_scalar.anti},
+                {**deps.output, **false_scalar.output}))
         if isl_schedule is None:
             origin = "program order (the ISL scheduler gave up within its operation quota)"
         elif parallel < looped:
