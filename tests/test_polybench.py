@@ -113,20 +113,38 @@ def test_mvt_transposed_product_walks_rows():
     assert "#pragma omp parallel for schedule(static)" in pragmas(src)
 
 
-def test_gradient_gets_the_same_region_decisions():
-    # atax's vjp wrt x runs its reversed row loop as one region whose shared loops are
-    # innermost (one row per barrier): the same plan, if clause included, as trisolv
+def test_gradient_gets_the_same_decisions():
+    # atax's vjp wrt x: the adjoint of each self-update saves, zeroes and restores the
+    # cotangent of its target; the restore is dropped and the save read in place, so the
+    # nests only add into d_tmp / d_x: no atomics; d_tmp's sums along the row get lane
+    # sums, and the d_x nest (over A's columns) the unit-stride decision of atax itself
     dk = pa.vjp(dsl.atax, wrt="x")
-    ps = pragmas(dk.source)
-    assert "#pragma omp parallel if(N >= 8192)" in ps
-    assert any(p.startswith("#pragma omp for") for p in ps)
+    assert "omp atomic" not in dk.source and "t_S" not in dk.source
+    report = json.loads(pa.explain(dk, format="json"))
+    assert sum(d.startswith("restore of ") for d in report["schedule_decisions"]) == 2
+    assert any(d.startswith("unit stride: the parallel loop")
+               for d in report["schedule_decisions"])
+    assert any(lp["decision"].startswith("per-lane partial sums") for lp in report["loops"])
     rng = np.random.default_rng(4)
-    for m, n in ((1, 1), (3, 2), (4, 4)):
+    for m, n in ((1, 1), (3, 2), (4, 4), (20, 37)):
         A, x = rng.random((m, n)), rng.random(n)
         y, tmp, y_bar, tmp_bar = np.zeros(n), np.zeros(m), rng.random(n), rng.random(m)
         got = dk(A, x, y.copy(), tmp.copy(), y_bar, tmp_bar)
         want = call_interpreted(dk.ir, A, x, y.copy(), tmp.copy(), y_bar, tmp_bar)
         np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_mvt_gradient_is_one_pass_over_d_A():
+    # the two adjoint nests of mvt's gradient both write d_A: after forward_copies one is
+    # a gather (d_A[j, i] over j, i) and the zeroing of d_A is fused into it; the other
+    # nest is fused in too (no dependence between different iterations): one pass
+    dk = pa.vjp(dsl.mvt, wrt="A")
+    src = dk.source
+    assert src.count("d_A[") == 1 and "omp atomic" not in src
+    assert loop_of(src, "d_A[j * N + i] = ") == "i"
+    report = json.loads(pa.explain(dk, format="json"))
+    assert any(d.startswith("fused the loop nest of S10 into that of S0, S6")
+               for d in report["schedule_decisions"])
 
 
 def region_shape(src: str) -> tuple[int, int, int]:

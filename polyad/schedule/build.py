@@ -15,12 +15,12 @@ import islpy as isl
 
 from .. import ir
 from ..progress import StageClock
-from .cleanup import fuse_zero_initialization, remove_dead_statements
+from .cleanup import (forward_copies, fuse_independent_nests, fuse_zero_initialization,
+                      remove_dead_statements)
 from .distribute import expand_and_distribute
 from .gather import ascending_order_free_nests, scatter_to_gather, small_target
 from .locality import has_strided_inner_loop, strided_inner_accesses, unit_stride_bands
 from .loop_order import expand_reduction_rows, unit_stride_innermost
-from .nests import ast_children  # noqa: F401 (re-exported: targets walk ASTs)
 from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, dependences,
                     split_boundary_pieces)
 
@@ -332,6 +332,7 @@ def schedule_kernel(kernel: ir.Kernel,
         # elimination first of all) must not hide an out-of-bounds access from the user.
         written_requirements = check_bounds(split, model.for_kernel(split))
     with clock.stage("dead statements", len(split.statements)):
+        split, copies = forward_copies(split)
         split, dead = remove_dead_statements(split, model)
     with clock.stage("expansion", len(split.statements)):
         split, expansions = expand_and_distribute(split, model)
@@ -339,6 +340,7 @@ def schedule_kernel(kernel: ir.Kernel,
     with clock.stage("scatter to gather", len(split.statements)):
         split, gather_decisions = scatter_to_gather(split, model.for_kernel(split))
         split, fused = fuse_zero_initialization(split)
+        split, fusions = fuse_independent_nests(split, model)
     with clock.stage("loop order", len(split.statements)):
         split, loop_orders = expand_reduction_rows(split, model)
         split, reordered = unit_stride_innermost(split)
@@ -405,7 +407,7 @@ def schedule_kernel(kernel: ir.Kernel,
                 f"statements, the program order {before}")
     return ScheduledKernel(split, model, deps, chosen.schedule, chosen.ast, chosen.loops,
                            requirements, gather_decisions, origin, dead, expansions, fused,
-                           tuple(decisions), loop_orders)
+                           tuple(copies + fusions + decisions), loop_orders)
 
 
 def _program_order_schedule(model: PolyModel) -> isl.Schedule:

@@ -243,11 +243,17 @@ class OpenMPPlan:
         return sum(parallel.values()), 2 * len(looped)
 
 
-def _unit_stride_along(st: ir.Statement, call: isl.AstExpr, iterator: str) -> bool:
-    """The AST loop ``iterator`` runs over one loop of ``st`` (the only argument of the
-    statement's call that uses it), along which every access of ``st`` has unit stride."""
-    uses = [st.loop_vars[k - 1] for k in range(1, call.get_op_n_arg())
+def _loop_vars_along(st: ir.Statement, call: isl.AstExpr, iterator: str) -> list:
+    """The loop variables of ``st`` whose values the AST loop ``iterator`` changes: those
+    whose argument in the statement's call uses it (``c1``, ``N - c1``, ``c0 + c1``)."""
+    return [st.loop_vars[k - 1] for k in range(1, call.get_op_n_arg())
             if re.search(rf"\b{iterator}\b", call.get_op_arg(k).to_C_str())]
+
+
+def _unit_stride_along(st: ir.Statement, call: isl.AstExpr, iterator: str) -> bool:
+    """The AST loop ``iterator`` runs over one loop of ``st``, along which every access of
+    ``st`` has unit stride."""
+    uses = _loop_vars_along(st, call, iterator)
     return len(uses) == 1 and strided_accesses(st, uses[0]) == 0
 
 
@@ -405,9 +411,7 @@ class _Planner:
         for u in users:
             call = u.user_get_expr()
             st = self.by_name[call.get_op_arg(0).get_id().get_name()]
-            var = [st.loop_vars[k - 1] for k in range(1, call.get_op_n_arg())
-                   if call.get_op_arg(k).get_type() == isl.ast_expr_type.id
-                   and call.get_op_arg(k).get_id().get_name() == it]
+            var = _loop_vars_along(st, call, it)
             if (len(var) != 1 or st.op not in ("+=", "-=") or st.guard is not None
                     or not isinstance(st.target, ir.Load) or st.target.array not in targets
                     or any(isinstance(x, ir.LoopVar) and x.name == var[0]
