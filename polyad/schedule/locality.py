@@ -84,20 +84,20 @@ def has_strided_inner_loop(kernel: ir.Kernel) -> bool:
 
 def strided_inner_accesses(ast: isl.AstNode, kernel: ir.Kernel) -> int:
     """Strided accesses of the deepest statements (those with the most loops: they run
-    most often) along the innermost AST loop around each of them, summed over the AST.
+    most often) along the innermost AST loop around them, summed over the statements.
 
     The cost the unit-stride choices minimize: a statement whose innermost loop walks
     an array down a column fetches a cache line per element and does not vectorize.
     The loop variable an AST loop runs over is the statement's argument that uses its
     iterator (an argument ``-c3`` or ``c0 + 1`` counts; two such arguments: a skewed
-    loop, counted as one strided access).
+    loop, counted as one strided access). A statement the AST prints more than once
+    (a peeled first iteration) counts its most strided occurrence.
     """
     by_name = {st.name: st for st in kernel.statements}
     deepest = max((len(st.loops) for st in kernel.statements), default=0)
-    total = 0
+    strided: dict = {}
 
     def walk(node: isl.AstNode, iterator: Optional[str]) -> None:
-        nonlocal total
         t = node.get_type()
         if t == isl.ast_node_type.for_:
             iterator = node.for_get_iterator().get_id().get_name()
@@ -108,16 +108,14 @@ def strided_inner_accesses(ast: isl.AstNode, kernel: ir.Kernel) -> int:
                 return
             uses = [st.loop_vars[k - 1] for k in range(1, call.get_op_n_arg())
                     if re.search(rf"\b{iterator}\b", call.get_op_arg(k).to_C_str())]
-            if len(uses) == 1:
-                total += strided_accesses(st, uses[0])
-            elif len(uses) > 1:
-                total += 1
+            n = strided_accesses(st, uses[0]) if len(uses) == 1 else int(len(uses) > 1)
+            strided[st.name] = max(strided.get(st.name, 0), n)
             return
         for child in ast_children(node):
             walk(child, iterator)
 
     walk(ast, None)
-    return total
+    return sum(strided.values())
 
 
 def unit_stride_bands(schedule: isl.Schedule, kernel: ir.Kernel) -> tuple[isl.Schedule, list]:
