@@ -251,6 +251,7 @@ class Row:
             self.outputs = [b.wrt + "_bar"]
             self.fn = pa.vjp(k, wrt=b.wrt)
             self.pa_args = [p.name for p in k.ir.params] + [o + "_bar" for o in outs]
+        self.d_out = None
 
     def run_c(self, which: str, a: dict) -> dict:
         self.c[which].call(self.b.cfunc, a)
@@ -258,10 +259,19 @@ class Row:
 
     def run_polyad(self, a: dict) -> dict:
         if self.b.wrt is not None:
-            # the cotangent goes into the same preallocated array the C adjoint writes
-            # (its output parameter d_<wrt>), so neither pays for allocating it
-            out = {"d_" + self.b.wrt: a[self.outputs[0]]}
-            return {self.outputs[0]: self.fn(*[a[n] for n in self.pa_args], **self.kw, **out)}
+            # the cotangent goes into a preallocated array (polyad's output parameter
+            # d_<wrt>), as the C adjoint writes its own: neither pays for allocating it.
+            # The C's array itself, unless it is also an input (an in-out array's
+            # cotangent, jacobi-2d's A_bar): then one array kept for all runs
+            name = self.outputs[0]
+            if name in self.pa_args:
+                if self.d_out is None or self.d_out.shape != a[name].shape:
+                    self.d_out = np.zeros_like(a[name])
+                target = self.d_out
+            else:
+                target = a[name]
+            out = {"d_" + self.b.wrt: target}
+            return {name: self.fn(*[a[n] for n in self.pa_args], **self.kw, **out)}
         self.fn(*[a[n] for n in self.pa_args], **self.kw)
         return {o: a[o] for o in self.outputs}
 
