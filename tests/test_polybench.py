@@ -96,20 +96,28 @@ def test_atax_and_bicg_read_A_row_wise():
     # the second product (y[j] += A[i, j] * tmp[i]) is parallel over j: ISL makes j the
     # outer loop and walks A down its columns; the unit-stride pass moves j innermost
     # (strips of j in parallel outside)
+    # (x = x + e is written as the update x += e; the first product's dot products along
+    # the rows of A get lane sums)
     src = dsl.atax.source
-    assert loop_of(src, "y[j] = y[j] + A[i * N + j] * tmp[i]") == "j"
+    assert loop_of(src, "y[j] += A[i * N + j] * tmp[i]") == "j"
     assert "A[c0 * N" not in src and "A[i * N + c0]" not in src
+    assert loop_of(src, "tmp_lanes[j_lane] += A[i * N + (j + j_lane)] * x[j + j_lane]") \
+        == "j_lane"
     report = json.loads(pa.explain(dsl.atax, format="json"))
     assert any("unit stride" in d for d in report["schedule_decisions"])
-    assert loop_of(dsl.bicg.source, "s[j] = s[j] + r[i] * A[i * M + j]") == "j"
+    assert any(d.startswith("x = x + e written as the update x += e")
+               for d in report["schedule_decisions"])
+    assert loop_of(dsl.bicg.source, "s[j] += r[i] * A[i * M + j]") == "j"
+    assert "q_lanes[j_lane] += A[i * M + (j + j_lane)] * p[j + j_lane]" in dsl.bicg.source
 
 
 def test_mvt_transposed_product_walks_rows():
     # x2[i] += A[j, i] * y_2[j]: as written, the inner loop j walks a column of A;
     # the scheduler interchanges so that i (parallel, in strips) is innermost
     src = dsl.mvt.source
-    assert loop_of(src, "x2[i] = x2[i] + A[j * N + i] * y_2[j]") == "i"
-    assert loop_of(src, "x1[i] = x1[i] + A[i * N + j] * y_1[j]") == "j"
+    assert loop_of(src, "x2[i] += A[j * N + i] * y_2[j]") == "i"
+    assert loop_of(src, "x1_lanes[j_lane] += A[i * N + (j + j_lane)] * y_1[j + j_lane]") \
+        == "j_lane"
     assert "#pragma omp parallel for schedule(static)" in pragmas(src)
 
 

@@ -16,7 +16,7 @@ import islpy as isl
 from .. import ir
 from ..progress import StageClock
 from .cleanup import (forward_copies, fuse_independent_nests, fuse_zero_initialization,
-                      remove_dead_statements)
+                      remove_dead_statements, updates_in_place)
 from .distribute import expand_and_distribute
 from .gather import ascending_order_free_nests, scatter_to_gather, small_target
 from .locality import has_strided_inner_loop, strided_inner_accesses, unit_stride_bands
@@ -332,6 +332,7 @@ def schedule_kernel(kernel: ir.Kernel,
         # elimination first of all) must not hide an out-of-bounds access from the user.
         written_requirements = check_bounds(split, model.for_kernel(split))
     with clock.stage("dead statements", len(split.statements)):
+        split, in_place = updates_in_place(split)
         split, copies = forward_copies(split)
         split, dead = remove_dead_statements(split, model)
     with clock.stage("expansion", len(split.statements)):
@@ -407,7 +408,15 @@ def schedule_kernel(kernel: ir.Kernel,
                 f"statements, the program order {before}")
     return ScheduledKernel(split, model, deps, chosen.schedule, chosen.ast, chosen.loops,
                            requirements, gather_decisions, origin, dead, expansions, fused,
-                           tuple(copies + fusions + decisions), loop_orders)
+                           tuple(_in_place_decisions(in_place) + copies + fusions + decisions),
+                           loop_orders)
+
+
+def _in_place_decisions(names: tuple) -> list:
+    if not names:
+        return []
+    return [f"x = x + e written as the update x += e (the same sum bit for bit): "
+            f"{', '.join(names)}"]
 
 
 def _program_order_schedule(model: PolyModel) -> isl.Schedule:

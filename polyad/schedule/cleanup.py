@@ -277,3 +277,36 @@ def _fused(first: list, second: list, locals_: set) -> Optional[dict]:
             conditions=tuple(dataclasses.replace(c, expr=ir.substitute(c.expr, rename))
                              for c in st.conditions))
     return out
+
+
+def updates_in_place(kernel: ir.Kernel) -> tuple[ir.Kernel, tuple]:
+    """``x = x + e`` (or ``e + x``) as ``x += e``, and ``x = x - e`` as ``x -= e``, for array
+    elements ``x`` (operands of the target's type).
+
+    PolyBench writes its dot products as ``q[i] = q[i] + A[i, j] * p[j]``; as an update
+    the loop facts see a sum along ``j`` (a reduction the plan can run in lanes).
+    The value is the same bit for bit: C evaluates ``x += e`` as ``x = x + e``, and
+    IEEE addition is commutative. Returns the kernel and the names of the statements
+    rewritten.
+    """
+    out, changed = [], []
+    for st in kernel.statements:
+        e = st.expr
+        inc = None
+        if (st.op == "=" and st.guard is None and isinstance(st.target, Load)
+                and isinstance(e, ir.Binary) and e.dtype == st.target.dtype
+                and e.a.dtype == e.b.dtype == e.dtype):
+            if e.op == "+" and e.a == st.target:
+                inc, op = e.b, "+="
+            elif e.op == "+" and e.b == st.target:
+                inc, op = e.a, "+="
+            elif e.op == "-" and e.a == st.target:
+                inc, op = e.b, "-="
+        if inc is None:
+            out.append(st)
+            continue
+        out.append(dataclasses.replace(st, op=op, expr=inc))
+        changed.append(st.name)
+    if not changed:
+        return kernel, ()
+    return dataclasses.replace(kernel, statements=tuple(out)), tuple(changed)
