@@ -10,7 +10,7 @@ Each kernel is written twice for the project: in C (``tests/c_corpus/<name>.c``,
 PolyBench/C 4.2's statements) and in the DSL (``tests/c_corpus/polybench_dsl.py``).
 Three rows are reverse-mode derivatives (``pa.vjp`` with respect to an input)
 against hand-written sequential C adjoints (``tests/c_corpus/polybench_adjoints.c``);
-both write the cotangent into the same preallocated array (polyad's ``d_<input>``).
+both write the cotangent into a preallocated array (polyad's ``d_<input>``).
 
 Before timing, every row is checked at small sizes (and again at the timed sizes):
 polyad's outputs must equal gcc's to a relative 1e-9 (the parallel build may
