@@ -9,7 +9,8 @@
 Each kernel is written twice for the project: in C (``tests/c_corpus/<name>.c``,
 PolyBench/C 4.2's statements) and in the DSL (``tests/c_corpus/polybench_dsl.py``).
 Three rows are reverse-mode derivatives (``pa.vjp`` with respect to an input)
-against hand-written sequential C adjoints (``tests/c_corpus/polybench_adjoints.c``).
+against hand-written sequential C adjoints (``tests/c_corpus/polybench_adjoints.c``);
+both write the cotangent into a preallocated array (polyad's ``d_<input>``).
 
 Before timing, every row is checked at small sizes (and again at the timed sizes):
 polyad's outputs must equal gcc's to a relative 1e-9 (the parallel build may
@@ -250,15 +251,28 @@ class Row:
             self.outputs = [b.wrt + "_bar"]
             self.fn = pa.vjp(k, wrt=b.wrt)
             self.pa_args = [p.name for p in k.ir.params] + [o + "_bar" for o in outs]
+        self.d_out = None
 
     def run_c(self, which: str, a: dict) -> dict:
         self.c[which].call(self.b.cfunc, a)
         return {o: a[o] for o in self.outputs}
 
     def run_polyad(self, a: dict) -> dict:
-        result = self.fn(*[a[n] for n in self.pa_args], **self.kw)
         if self.b.wrt is not None:
-            return {self.outputs[0]: result}
+            # the cotangent goes into a preallocated array (polyad's output parameter
+            # d_<wrt>), as the C adjoint writes its own: neither pays for allocating it.
+            # The C's array itself, unless it is also an input (an in-out array's
+            # cotangent, jacobi-2d's A_bar): then one array kept for all runs
+            name = self.outputs[0]
+            if name in self.pa_args:
+                if self.d_out is None or self.d_out.shape != a[name].shape:
+                    self.d_out = np.zeros_like(a[name])
+                target = self.d_out
+            else:
+                target = a[name]
+            out = {"d_" + self.b.wrt: target}
+            return {name: self.fn(*[a[n] for n in self.pa_args], **self.kw, **out)}
+        self.fn(*[a[n] for n in self.pa_args], **self.kw)
         return {o: a[o] for o in self.outputs}
 
 

@@ -96,37 +96,63 @@ def test_atax_and_bicg_read_A_row_wise():
     # the second product (y[j] += A[i, j] * tmp[i]) is parallel over j: ISL makes j the
     # outer loop and walks A down its columns; the unit-stride pass moves j innermost
     # (strips of j in parallel outside)
+    # (x = x + e is written as the update x += e; the first product's dot products along
+    # the rows of A get lane sums)
     src = dsl.atax.source
-    assert loop_of(src, "y[j] = y[j] + A[i * N + j] * tmp[i]") == "j"
+    assert loop_of(src, "y[j] += A[i * N + j] * tmp[i]") == "j"
     assert "A[c0 * N" not in src and "A[i * N + c0]" not in src
+    assert loop_of(src, "tmp_lanes[j_lane] += A[i * N + (j + j_lane)] * x[j + j_lane]") \
+        == "j_lane"
     report = json.loads(pa.explain(dsl.atax, format="json"))
     assert any("unit stride" in d for d in report["schedule_decisions"])
-    assert loop_of(dsl.bicg.source, "s[j] = s[j] + r[i] * A[i * M + j]") == "j"
+    assert any(d.startswith("x = x + e written as the update x += e")
+               for d in report["schedule_decisions"])
+    assert loop_of(dsl.bicg.source, "s[j] += r[i] * A[i * M + j]") == "j"
+    assert "q_lanes[j_lane] += A[i * M + (j + j_lane)] * p[j + j_lane]" in dsl.bicg.source
 
 
 def test_mvt_transposed_product_walks_rows():
     # x2[i] += A[j, i] * y_2[j]: as written, the inner loop j walks a column of A;
     # the scheduler interchanges so that i (parallel, in strips) is innermost
     src = dsl.mvt.source
-    assert loop_of(src, "x2[i] = x2[i] + A[j * N + i] * y_2[j]") == "i"
-    assert loop_of(src, "x1[i] = x1[i] + A[i * N + j] * y_1[j]") == "j"
+    assert loop_of(src, "x2[i] += A[j * N + i] * y_2[j]") == "i"
+    assert loop_of(src, "x1_lanes[j_lane] += A[i * N + (j + j_lane)] * y_1[j + j_lane]") \
+        == "j_lane"
     assert "#pragma omp parallel for schedule(static)" in pragmas(src)
 
 
-def test_gradient_gets_the_same_region_decisions():
-    # atax's vjp wrt x runs its reversed row loop as one region whose shared loops are
-    # innermost (one row per barrier): the same plan, if clause included, as trisolv
+def test_gradient_gets_the_same_decisions():
+    # atax's vjp wrt x: the adjoint of each self-update saves, zeroes and restores the
+    # cotangent of its target; the restore is dropped and the save read in place, so the
+    # nests only add into d_tmp / d_x: no atomics; d_tmp's sums along the row get lane
+    # sums, and the d_x nest (over A's columns) the unit-stride decision of atax itself
     dk = pa.vjp(dsl.atax, wrt="x")
-    ps = pragmas(dk.source)
-    assert "#pragma omp parallel if(N >= 8192)" in ps
-    assert any(p.startswith("#pragma omp for") for p in ps)
+    assert "omp atomic" not in dk.source and "t_S" not in dk.source
+    report = json.loads(pa.explain(dk, format="json"))
+    assert sum(d.startswith("restore of ") for d in report["schedule_decisions"]) == 2
+    assert any(d.startswith("unit stride: the parallel loop")
+               for d in report["schedule_decisions"])
+    assert any(lp["decision"].startswith("per-lane partial sums") for lp in report["loops"])
     rng = np.random.default_rng(4)
-    for m, n in ((1, 1), (3, 2), (4, 4)):
+    for m, n in ((1, 1), (3, 2), (4, 4), (20, 37)):
         A, x = rng.random((m, n)), rng.random(n)
         y, tmp, y_bar, tmp_bar = np.zeros(n), np.zeros(m), rng.random(n), rng.random(m)
         got = dk(A, x, y.copy(), tmp.copy(), y_bar, tmp_bar)
         want = call_interpreted(dk.ir, A, x, y.copy(), tmp.copy(), y_bar, tmp_bar)
         np.testing.assert_allclose(got, want, rtol=1e-12)
+
+
+def test_mvt_gradient_is_one_pass_over_d_A():
+    # the two adjoint nests of mvt's gradient both write d_A: after forward_copies one is
+    # a gather (d_A[j, i] over j, i) and the zeroing of d_A is fused into it; the other
+    # nest is fused in too (no dependence between different iterations): one pass
+    dk = pa.vjp(dsl.mvt, wrt="A")
+    src = dk.source
+    assert src.count("d_A[") == 1 and "omp atomic" not in src
+    assert loop_of(src, "d_A[j * N + i] = ") == "i"
+    report = json.loads(pa.explain(dk, format="json"))
+    assert any(d.startswith("fused the loop nest of S10 into that of S0, S6")
+               for d in report["schedule_decisions"])
 
 
 def region_shape(src: str) -> tuple[int, int, int]:
@@ -175,31 +201,91 @@ def test_thin_innermost_parallel_loop_is_left_sequential():
     assert all("inside 2 sequential loops" in lp.mapping for lp in parallel)
 
 
+def isl_candidate_plan(k):
+    """The OpenMP plan of ISL's own schedule of ``k`` (whether or not the scheduler keeps it)."""
+    from polyad.pipeline import compile_kernel
+    from polyad.schedule.build import _candidate, _isl_schedule
+    from polyad.poly import dependences
+    from polyad.target.openmp import plan
+    sk = compile_kernel(k.ir).scheduled
+    isl_schedule = _isl_schedule(sk.model, dependences(sk.model))
+    return plan(_candidate(isl_schedule, sk.kernel, sk.model, sk.deps))
+
+
 def test_sequential_statements_in_a_region_run_in_single():
-    # trisolv: x[i] /= L[i, i] runs once per step, by one thread, between the shared loops
-    src = dsl.trisolv.source
+    # trisolv under ISL's schedule (the column order): x[i] /= L[i, i] runs once per step,
+    # by one thread, between the shared loops
+    from polyad.emit.c_openmp import emit_c
+    from polyad.emit.cexpr import C99
+    p = isl_candidate_plan(dsl.trisolv)
+    src = emit_c(p, C99)
     body = src[src.index("#pragma omp parallel if"):]
     single = body.index("#pragma omp single")
     assert "x[c0] = x[c0] / L[c0 * N + c0]" in body[single:body.index("#pragma omp for")]
-    report = json.loads(pa.explain(dsl.trisolv, format="json"))
-    decisions = [lp["decision"] for lp in report["loops"]]
+    decisions = [lp.decision() for lp in p.loops.values()]
     assert any(d.startswith("omp parallel if(N - 1 >= 8192): one thread team")
                for d in decisions)
     assert any(d.startswith("omp for") for d in decisions)
 
 
-def test_thin_region_runs_in_threads_only_for_long_rows():
-    # trisolv's region synchronizes once per row for one row's work: an if clause on N;
-    # fdtd-2d's sweeps are two-dimensional: no clause
-    assert "#pragma omp parallel if(N - 1 >= 8192)" in pragmas(dsl.trisolv.source)
+def test_thin_region_runs_in_threads_only_for_long_rows_and_scores_half():
+    # trisolv's column order synchronizes once per row for one row's work: an if clause
+    # on N; fdtd-2d's sweeps are two-dimensional: no clause. When the scheduler compares
+    # schedules, a deepest statement in such a region scores as a unit-stride vector loop
+    # (the program order's lane sums), half of a parallel loop that pays: a tie, and the
+    # program order stays
+    from polyad.emit.c_openmp import emit_c
+    from polyad.emit.cexpr import C99
+    from polyad.pipeline import compile_kernel
+    p = isl_candidate_plan(dsl.trisolv)
+    assert "#pragma omp parallel if(N - 1 >= 8192)" in pragmas(emit_c(p, C99))
+    assert p.score() == (1, 2) == compile_kernel(dsl.trisolv.ir).plan.score()
+    assert compile_kernel(dsl.gemm.ir).plan.score() == (2, 2)
     assert "#pragma omp parallel" in pragmas(dsl.fdtd_2d.source)
+
+
+def test_trisolv_keeps_row_order_with_lane_sums():
+    # the column order (ISL's, more parallel only in a thin region) walks L down its
+    # columns; the program order's dot products x[i] -= L[i, j] * x[j] along j read a row
+    # of L: kept, and summed in per-lane partial sums (the reads x[j], j < i, never see
+    # the element x[i] the loop updates, which the loop facts prove)
+    src = dsl.trisolv.source
+    assert not any("parallel" in p for p in pragmas(src))
+    assert "x_lanes[j_lane] -= L[i * N + (j + j_lane)] * x[j + j_lane]" in src
+    report = json.loads(pa.explain(dsl.trisolv, format="json"))
+    assert report["schedule_origin"].startswith("program order")
+    sums = [lp for lp in report["loops"] if "per-lane partial sums" in lp["decision"]]
+    assert len(sums) == 1
+    assert any("a sum along the loop" in w for w in sums[0]["why"])
     rng = np.random.default_rng(5)
-    n = 9000  # above the threshold: the threaded path gives the sequential result
-    L = np.tril(rng.random((n, n))) / n + np.eye(n)
-    b = rng.standard_normal(n)
-    x = np.zeros(n)
-    dsl.trisolv(L, x, b)
-    np.testing.assert_allclose(L @ x, b, rtol=1e-10, atol=1e-10)
+    for n in (1, 17, 40):  # below, at and past a block of 16 lanes, with remainders
+        L = np.tril(rng.random((n, n))) / n + np.eye(n)
+        b = rng.standard_normal(n)
+        x = np.zeros(n)
+        dsl.trisolv(L, x, b)
+        np.testing.assert_allclose(L @ x, b, rtol=1e-10, atol=1e-10)
+
+
+def test_dot_products_along_rows_get_lane_sums():
+    # syrk: ISL's schedule (i, j, k) makes C[i, j] += alpha * A[i, k] * A[j, k] a dot
+    # product of two rows of A along k, where the program order's inner j walks down a
+    # column of A: kept as it is (as parallel, fewer strided accesses)
+    src = dsl.syrk.source
+    assert loop_of(src, "C_lanes[k_lane] += alpha * A[i * M + (k + k_lane)] * "
+                        "A[j * M + (k + k_lane)]") == "k_lane"
+    report = json.loads(pa.explain(dsl.syrk, format="json"))
+    assert any(d.startswith("unit stride: ISL's schedule kept as it is")
+               for d in report["schedule_decisions"])
+    assert any(lp["decision"].startswith("per-lane partial sums: 16 lanes")
+               for lp in report["loops"])
+    # gemm's gradient: d_A[i, k] += d_C[i, j] * B[k, j] * alpha along j, into a large array
+    # (no privatized copy): summed in lanes too, rows i in parallel outside
+    dk = pa.vjp(dsl.gemm, wrt="A")
+    assert "d_A_lanes[j_lane] += " in dk.source
+    assert "#pragma omp parallel for schedule(static)" in pragmas(dk.source)
+    # deterministic=True keeps every sum in order: no lanes
+    det = pa.explain(dsl.syrk, deterministic=True, format="json")
+    assert not any("per-lane" in lp["decision"] for lp in json.loads(det)["loops"])
 
 
 def test_gradient_of_time_loop_gets_one_region():
@@ -215,7 +301,6 @@ def test_explain_text_shows_region_and_unit_stride():
     text = pa.explain(dsl.atax)
     assert "decision: unit stride" in text
     assert "omp parallel: one thread team" in pa.explain(dsl.fdtd_2d)
-    assert "threads only from 8192 iterations on" in pa.explain(dsl.trisolv)
 
 
 def test_triangular_parallel_loops_are_dealt_round_robin():

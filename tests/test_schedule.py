@@ -402,3 +402,37 @@ def test_update_merging_pass_states_its_legality():
         assert out == [add_a, breaker]
     assert merge_updates([zero, add_a], atomic=frozenset({"S1"})) == [zero, add_a]
     assert merge_updates([st("S8", x, "*=", a), add_a]) == [st("S8", x, "*=", a), add_a]
+
+
+@pa.kernel
+def same_element_nests(x: pa.f64[N], y: pa.Out(pa.f64[N]), w: pa.Out(pa.f64[N])):
+    for i in range(N):
+        y[i] = 2.0 * x[i]
+        w[i] = 1.0
+    for i in range(N):
+        w[i] += y[i]
+
+
+@pa.kernel
+def mirrored_nests(x: pa.f64[N], y: pa.Out(pa.f64[N]), w: pa.Out(pa.f64[N])):
+    for i in range(N):
+        y[i] = 2.0 * x[i]
+        w[i] = 1.0
+    for i in range(N):
+        w[i] += y[N - 1 - i]
+
+
+@pytest.mark.parametrize("k,fused", [(same_element_nests, True), (mirrored_nests, False)])
+def test_nests_writing_one_array_fuse_only_without_cross_iteration_dependences(k, fused):
+    # the second nest adds into w what the first wrote; reading y[i] (written in the same
+    # iteration) allows one fused loop, reading y[N - 1 - i] (another iteration) does not
+    sk = compile_kernel(k.ir).scheduled
+    assert any(d.startswith("fused the loop nest") for d in sk.schedule_decisions) == fused
+    assert k.source.count("for (int64_t") == (1 if fused else 2)
+    x = np.random.default_rng(2).random(7)
+    want = dict(x=x, y=np.zeros(7), w=np.zeros(7))
+    interpret(k.ir, want, dict(N=7))
+    y, w = np.zeros(7), np.zeros(7)
+    k(x, y, w)
+    np.testing.assert_allclose(w, want["w"], rtol=1e-15)
+    np.testing.assert_allclose(y, want["y"], rtol=1e-15)

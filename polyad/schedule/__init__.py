@@ -11,4 +11,5 @@ target strategy is chosen here: that is ``polyad.target``'s plan.
 """
 
 from .build import (LoopFacts, ScatterFact, ScheduleCandidate, ScheduledKernel,  # noqa: F401
-                    ast_children, guarded_pieces, loop_key, schedule_kernel)
+                    guarded_pieces, loop_key, schedule_kernel)
+from .nests import ast_children  # noqa: F401

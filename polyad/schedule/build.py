@@ -15,10 +15,11 @@ import islpy as isl
 
 from .. import ir
 from ..progress import StageClock
-from .cleanup import fuse_zero_initialization, remove_dead_statements
+from .cleanup import (forward_copies, fuse_independent_nests, fuse_zero_initialization,
+                      remove_dead_statements, updates_in_place)
 from .distribute import expand_and_distribute
 from .gather import ascending_order_free_nests, scatter_to_gather, small_target
-from .locality import has_strided_inner_loop, unit_stride_bands
+from .locality import has_strided_inner_loop, strided_inner_accesses, unit_stride_bands
 from .loop_order import expand_reduction_rows, unit_stride_innermost
 from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, dependences,
                     split_boundary_pieces)
@@ -137,9 +138,15 @@ def _names(uset) -> frozenset:
     return frozenset(out)
 
 
-def _reduction_op(st: ir.Statement, var: str) -> Optional[str]:
-    """The reduction operator if ``st`` only updates ``var`` by ``+=``/``-=``/``*=``."""
-    if st.target_name != var or st.op not in _REDUCTION_OPS or st.reads_variable(var):
+def _reduction_op(st: ir.Statement, var: str, reads_apart: bool = False) -> Optional[str]:
+    """The reduction operator if ``st`` only updates ``var`` by ``+=``/``-=``/``*=``.
+
+    ``reads_apart``: the statement's own reads of ``var`` never see an element
+    that the loop updates (trisolv's ``x[i] -= L[i, j] * x[j]`` along j < i), so
+    they may stay in the update's value.
+    """
+    if st.target_name != var or st.op not in _REDUCTION_OPS or (
+            st.reads_variable(var) and not reads_apart):
         return None
     return _REDUCTION_OPS[st.op]
 
@@ -180,6 +187,29 @@ class _LoopAnalysis:
         zeros = ", ".join(["0"] * depth + ["x"])
         cond = isl.UnionSet.read_from_str(self.model.ctx, f"{{ [{zeros}] : x != 0 }}")
         return not t.deltas().intersect(cond).is_empty()
+
+    def reads_apart(self, users: list, var: str, sched: isl.UnionMap, depth: int) -> bool:
+        """No statement of the loop reads (other than as its ``+=`` target) an element
+        of array ``var`` that a statement of the loop writes in the same execution of
+        the loop (equal outer loop iterators), in any iteration."""
+        ldom = sched.domain()
+        reads, writes = None, None
+        for st in users:
+            st_dom = self.model.domain(st).to_union_set().intersect(ldom)
+            for ld in [ld for e in st.exprs() for ld in ir.loads(e) if ld.array == var]:
+                m = self.model.access_map(st, ld).to_union_map().intersect_domain(st_dom)
+                reads = m if reads is None else reads.union(m)
+            if isinstance(st.target, ir.Load) and st.target.array == var:
+                m = self.model.access_map(st, st.target).to_union_map().intersect_domain(st_dom)
+                writes = m if writes is None else writes.union(m)
+        if reads is None or writes is None:
+            return True
+        pairs = reads.apply_range(writes.reverse()).apply_domain(sched).apply_range(sched)
+        if pairs.is_empty():
+            return True
+        outer = ", ".join(["0"] * depth + ["x"])
+        same = isl.UnionSet.read_from_str(self.model.ctx, f"{{ [{outer}] }}")
+        return pairs.deltas().intersect(same).is_empty()
 
     def trip_count_bound(self, sched: isl.UnionMap, depth: int) -> Optional[int]:
         """The largest distance between two iterations of the loop over all sizes, or None."""
@@ -230,7 +260,9 @@ class _LoopAnalysis:
                 continue
             any_carried = any_carried or any(carried.values())
             users = [self.by_name[s] for s in stmts if self.by_name[s].accesses(var)]
-            ops = {_reduction_op(s, var) for s in users}
+            apart = (var not in self.locals and any(s.reads_variable(var) for s in users)
+                     and self.reads_apart(users, var, sched, depth))
+            ops = {_reduction_op(s, var, apart) for s in users}
             if any(carried.values()) and len(ops) == 1 and None not in ops:
                 if var in self.locals:
                     reductions[var] = ops.pop()
@@ -276,24 +308,6 @@ def _flat_size(at: ir.ArrayType) -> ir.Expr:
     return out
 
 
-def ast_children(node: isl.AstNode) -> list:
-    """The child nodes of an ISL AST node (for walkers)."""
-    t = node.get_type()
-    if t == isl.ast_node_type.for_:
-        return [node.for_get_body()]
-    if t == isl.ast_node_type.if_:
-        kids = [node.if_get_then_node()]
-        if node.if_has_else_node():
-            kids.append(node.if_get_else_node())
-        return kids
-    if t == isl.ast_node_type.block:
-        ch = node.block_get_children()
-        return [ch.get_at(k) for k in range(ch.n_ast_node())]
-    if t == isl.ast_node_type.mark:
-        return [node.mark_get_node()]
-    return []
-
-
 def loop_key(node: isl.AstNode) -> Optional[str]:
     """The key of an AST for-node's LoopFacts (its annotation name); None for other nodes."""
     if node.get_type() != isl.ast_node_type.for_:
@@ -310,14 +324,17 @@ def schedule_kernel(kernel: ir.Kernel,
                     unit_stride: bool = False) -> ScheduledKernel:
     """Split, prove bounds, compute dependences, build the AST of ``kernel`` with loop facts.
 
-    ``score(candidate) -> (parallel, looped)``: how many statements a target
-    runs in parallel, and how many are under a loop at all (the target's
-    plan decides; this stage knows no target). The program order is kept
-    unless it leaves looped statements sequential and ISL's own schedule
-    scores more parallel statements. ``clock`` times the stages.
+    ``score(candidate) -> (parallel, looped)``: the parallel work a target
+    gets from the candidate and the most it could get (the target's plan
+    decides; this stage knows no target). The program order is kept
+    unless it scores below the most and ISL's own schedule scores more.
+    ``clock`` times the stages.
     ``unit_stride``: reorder permutable bands so that inner loops walk arrays
     along their rows (``locality.unit_stride_bands``; for targets where one
-    thread runs a whole inner loop), kept when it scores as parallel.
+    thread runs a whole inner loop), kept when it scores as parallel; and
+    when the program order walks an array down a column, ISL's schedule as it
+    is when as parallel with fewer strided inner accesses
+    (``locality.strided_inner_accesses``).
     """
     clock = clock or StageClock(kernel.name)
     n = len(kernel.statements)
@@ -331,6 +348,8 @@ def schedule_kernel(kernel: ir.Kernel,
         # elimination first of all) must not hide an out-of-bounds access from the user.
         written_requirements = check_bounds(split, model.for_kernel(split))
     with clock.stage("dead statements", len(split.statements)):
+        split, in_place = updates_in_place(split)
+        split, copies = forward_copies(split)
         split, dead = remove_dead_statements(split, model)
     with clock.stage("expansion", len(split.statements)):
         split, expansions = expand_and_distribute(split, model)
@@ -338,6 +357,7 @@ def schedule_kernel(kernel: ir.Kernel,
     with clock.stage("scatter to gather", len(split.statements)):
         split, gather_decisions = scatter_to_gather(split, model.for_kernel(split))
         split, fused = fuse_zero_initialization(split)
+        split, fusions = fuse_independent_nests(split, model)
     with clock.stage("loop order", len(split.statements)):
         split, loop_orders = expand_reduction_rows(split, model)
         split, reordered = unit_stride_innermost(split)
@@ -394,9 +414,31 @@ def schedule_kernel(kernel: ir.Kernel,
                           "the " + ("ISL schedule)" if isl_chosen else "program order)"))
             else:
                 decisions = []
+    if strided and isl_schedule is not None and not origin.startswith("ISL"):
+        # ISL's schedule may walk rows innermost as it is (syrk: i, j, k, a dot product
+        # of two rows of A along k, where the program order's inner j walks a column)
+        with clock.stage("ast", n):
+            other = _candidate(isl_schedule, split, model, deps)
+        before = strided_inner_accesses(chosen.ast, split)
+        after = strided_inner_accesses(other.ast, split)
+        if after < before and score(other)[0] >= score(chosen)[0]:
+            chosen = other
+            origin = "ISL scheduler (as parallel as the program order, fewer strided accesses)"
+            decisions.append(
+                f"unit stride: ISL's schedule kept as it is: its innermost loops make "
+                f"{after} strided access{'' if after == 1 else 'es'} in the deepest "
+                f"statements, the program order {before}")
     return ScheduledKernel(split, model, deps, chosen.schedule, chosen.ast, chosen.loops,
                            requirements, gather_decisions, origin, dead, expansions, fused,
-                           tuple(decisions), loop_orders)
+                           tuple(_in_place_decisions(in_place) + copies + fusions + decisions),
+                           loop_orders)
+
+
+def _in_place_decisions(names: tuple) -> list:
+    if not names:
+        return []
+    return [f"x = x + e written as the update x += e (the same sum bit for bit): "
+            f"{', '.join(names)}"]
 
 
 def _program_order_schedule(model: PolyModel) -> isl.Schedule:

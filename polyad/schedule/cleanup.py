@@ -1,4 +1,7 @@
-"""Dead-statement elimination.
+"""Clean-ups of derived kernels: dead statements, saved-and-restored elements, zero
+initializations and independent nests fused into the nests that follow them.
+
+Dead-statement elimination.
 
 A statement is dead when it writes a scalar local (not the returned value)
 or a temporary array and no later statement reads what it wrote (it has no
@@ -15,9 +18,10 @@ from typing import Optional
 import islpy as isl
 
 from .. import ir
-from ..ir import Load
+from ..ir import Load, Loop
 from ..poly import PolyModel, dependences, model_of
-from .nests import common_depth
+from .gather import _array_conflicts_carried, _variables
+from .nests import common_depth, loop_nests
 
 
 def _flow_edges(deps) -> set[tuple[str, str]]:
@@ -126,3 +130,183 @@ def fuse_zero_initialization(kernel: ir.Kernel) -> tuple[ir.Kernel, tuple[str, .
         return kernel, ()
     statements.sort(key=lambda s: s.position)
     return dataclasses.replace(kernel, statements=tuple(statements)), tuple(moved)
+
+
+def forward_copies(kernel: ir.Kernel) -> tuple[ir.Kernel, list]:
+    """Drop the restore of an element the adjoint saved and zeroed, and read it in place.
+
+    The adjoint of a self-update ``x[i] = x[i] + A[j, i] * y[j]`` saves the
+    cotangent of its target, zeroes it (the overwrite) and adds the saved value
+    back (the read of ``x[i]``), in one loop body::
+
+        t = d_x[i];  d_x[i] = 0;  d_x[i] += t;  d_A[j, i] += t * y[j]
+
+    The middle pair leaves ``d_x[i]`` as it was (``0 + t`` is ``t``, up to the
+    sign of a zero, which no later sum or comparison tells apart), so it is
+    dropped; then ``d_x[i]`` still holds ``t`` wherever the body reads ``t``
+    before anything writes ``d_x`` or ``t`` again, and those reads read
+    ``d_x[i]`` itself. The save ``t = d_x[i]`` is then dead when nothing else
+    reads ``t`` (``remove_dead_statements``), and the nest only adds into
+    ``d_A`` from values it does not change: an order-free sum the later passes
+    can reorder (ascending loops, gather, unit stride, lane sums).
+
+    Only statements of one innermost loop body (same loops and conditions, no
+    nested loop in the body, no guards) are rewritten; the save, the zeroing and
+    the restore must follow each other. Returns the kernel and one line per
+    rewritten body.
+    """
+    bodies: dict[tuple, list] = {}
+    for st in kernel.statements:
+        bodies.setdefault(st.position[:-1], []).append(st)
+    drop: set = set()
+    replace: dict = {}
+    decisions = []
+    for prefix, body in bodies.items():
+        body = sorted(body, key=lambda s: s.position)
+        if any(len(s.position) != len(prefix) + 1 or s.loops != body[0].loops
+               or s.conditions != body[0].conditions or s.guard is not None
+               for s in body) or any(len(s.position) > len(prefix) + 1
+                                     and s.position[:len(prefix)] == prefix
+                                     for s in kernel.statements):
+            continue
+        for k in range(len(body) - 2):
+            save, zero, restore = body[k:k + 3]
+            if not (isinstance(save.target, ir.ScalarRef) and save.op == "="
+                    and isinstance(save.expr, Load) and zero.target == save.expr
+                    and zero.op == "=" and isinstance(zero.expr, ir.Const)
+                    and zero.expr.value == 0 and restore.target == save.expr
+                    and restore.op == "+=" and restore.expr == save.target):
+                continue
+            t, elem = save.target, save.expr
+            drop |= {zero.name, restore.name}
+            readers = []
+            for later in body[k + 3:]:
+                if later.target_name in (t.name, elem.array):
+                    break
+                base = replace.get(later.name, later)
+                new_expr = ir.map_expr(base.expr, lambda x: elem if x == t else None)
+                if new_expr is not base.expr:
+                    replace[later.name] = dataclasses.replace(base, expr=new_expr)
+                    readers.append(later.name)
+            decisions.append(
+                f"restore of {ir.expr_str(elem)} after its save in {t.name} dropped "
+                f"({zero.name}, {restore.name}: zeroed, then {t.name} added back)"
+                + (f"; {', '.join(readers)} read {ir.expr_str(elem)} in place of {t.name}"
+                   if readers else ""))
+    if not drop:
+        return kernel, []
+    statements = tuple(replace.get(s.name, s) for s in kernel.statements if s.name not in drop)
+    return dataclasses.replace(kernel, statements=statements), decisions
+
+
+def fuse_independent_nests(kernel: ir.Kernel, model: Optional[PolyModel] = None) \
+        -> tuple[ir.Kernel, list]:
+    """Fuse consecutive perfect loop nests over the same loops whose iterations are independent.
+
+    The gradient of mvt writes ``d_A`` in two nests, ``d_A[j, i] = d_x2[i] * y_2[j]``
+    (a gather, after ``forward_copies``) and ``d_A[i, j] += d_x1[i] * y_1[j]``: two
+    passes over an N x N array where one does. Two nests at consecutive top-level
+    positions that write a common array are fused (the second's loop variables
+    renamed to the first's, its statements after the first's in each iteration) when
+    both are perfect nests (statements only in the innermost body) with the same
+    ascending loops, neither writes a scalar, and in the fused nest no two accesses to one array element, one
+    of them a write, lie in different iterations (``gather._array_conflicts_carried``).
+    Then every conflict is between instances of one iteration, which run in their
+    program order, so the results are the same bit for bit; and the fused loops are
+    as parallel as the two nests were. Returns the kernel and one line per fusion.
+    """
+    locals_ = {n for n, _ in kernel.locals}
+    decisions = []
+    while True:
+        nests = loop_nests(kernel)
+        order = sorted({st.position[0] for st in kernel.statements})
+        for p, q in zip(order, order[1:]):
+            if p not in nests or q not in nests:
+                continue
+            fused = _fused(nests[p], nests[q], locals_)
+            if fused is None:
+                continue
+            candidate = dataclasses.replace(kernel, statements=tuple(sorted(
+                (fused.get(st.name, st) for st in kernel.statements),
+                key=lambda s: s.position)))
+            nest = [fused.get(st.name, st) for st in nests[p] + nests[q]]
+            depth = len(nest[0].loops)
+            if _array_conflicts_carried(model_of(candidate, model), nest, depth,
+                                        _variables(nest) - locals_):
+                continue
+            kernel = candidate
+            first = sorted({st.owner for st in nests[p]})
+            second = sorted({st.owner for st in nests[q]})
+            decisions.append(
+                f"fused the loop nest of {', '.join(second)} into that of "
+                f"{', '.join(first)} (loops {', '.join(lp.var for lp in nest[0].loops)}): "
+                f"no dependence between different iterations, one pass over memory")
+            break
+        else:
+            return kernel, decisions
+
+
+def _fused(first: list, second: list, locals_: set) -> Optional[dict]:
+    """The statements of ``second`` renamed into the loops of ``first`` and placed after its
+    statements (name -> new statement), when both are perfect nests over the same
+    ascending loops that write no scalar and a common array; else None."""
+    loops = first[0].loops
+    d = len(loops)
+    for nest in (first, second):
+        for st in nest:
+            if (len(st.loops) != d or len(st.position) != d + 1
+                    or any(x != 0 for x in st.position[1:d]) or st.target_name in locals_
+                    or any(lp.step != 1 for lp in st.loops)):
+                return None
+        if any(st.loops != nest[0].loops for st in nest):
+            return None
+    if not {st.target_name for st in first} & {st.target_name for st in second}:
+        return None
+    rename = {lp.var: ir.LoopVar(mine.var) for lp, mine in zip(second[0].loops, loops)}
+    renamed = tuple(Loop(mine.var, ir.substitute(lp.lo, rename), ir.substitute(lp.hi, rename),
+                         1) for lp, mine in zip(second[0].loops, loops))
+    if renamed != loops:
+        return None
+    after = max(st.position[-1] for st in first) + 1
+    out = {}
+    for st in second:
+        out[st.name] = dataclasses.replace(
+            st, loops=loops, position=first[0].position[:d] + (after + st.position[-1],),
+            target=ir.substitute(st.target, rename), expr=ir.substitute(st.expr, rename),
+            guard=None if st.guard is None else ir.substitute(st.guard, rename),
+            conditions=tuple(dataclasses.replace(c, expr=ir.substitute(c.expr, rename))
+                             for c in st.conditions))
+    return out
+
+
+def updates_in_place(kernel: ir.Kernel) -> tuple[ir.Kernel, tuple]:
+    """``x = x + e`` (or ``e + x``) as ``x += e``, and ``x = x - e`` as ``x -= e``, for array
+    elements ``x`` (operands of the target's type).
+
+    PolyBench writes its dot products as ``q[i] = q[i] + A[i, j] * p[j]``; as an update
+    the loop facts see a sum along ``j`` (a reduction the plan can run in lanes).
+    The value is the same bit for bit: C evaluates ``x += e`` as ``x = x + e``, and
+    IEEE addition is commutative. Returns the kernel and the names of the statements
+    rewritten.
+    """
+    out, changed = [], []
+    for st in kernel.statements:
+        e = st.expr
+        inc = None
+        if (st.op == "=" and st.guard is None and isinstance(st.target, Load)
+                and isinstance(e, ir.Binary) and e.dtype == st.target.dtype
+                and e.a.dtype == e.b.dtype == e.dtype):
+            if e.op == "+" and e.a == st.target:
+                inc, op = e.b, "+="
+            elif e.op == "+" and e.b == st.target:
+                inc, op = e.a, "+="
+            elif e.op == "-" and e.a == st.target:
+                inc, op = e.b, "-="
+        if inc is None:
+            out.append(st)
+            continue
+        out.append(dataclasses.replace(st, op=op, expr=inc))
+        changed.append(st.name)
+    if not changed:
+        return kernel, ()
+    return dataclasses.replace(kernel, statements=tuple(out)), tuple(changed)

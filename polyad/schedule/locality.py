@@ -22,12 +22,14 @@ The dependence test then runs on the new AST as on any other, so the facts
 
 from __future__ import annotations
 
+import re
 from typing import Optional
 
 import islpy as isl
 
 from .. import ir
 from ..ir import Load
+from .nests import ast_children
 
 # Columns per strip: 256 doubles (2 KiB) of a row per strip keeps the strip of the
 # updated vector in L1 while every strip is long enough for hardware prefetching, and
@@ -78,6 +80,42 @@ def has_strided_inner_loop(kernel: ir.Kernel) -> bool:
     """Some statement's innermost loop strides through an array (a column walk)."""
     return any(len(st.loops) >= 2 and strided_accesses(st, st.loops[-1].var)
                for st in kernel.statements)
+
+
+def strided_inner_accesses(ast: isl.AstNode, kernel: ir.Kernel) -> int:
+    """Strided accesses of the deepest statements (those with the most loops: they run
+    most often) along the innermost AST loop around them, summed over the statements.
+
+    The cost the unit-stride choices minimize: a statement whose innermost loop walks
+    an array down a column fetches a cache line per element and does not vectorize.
+    The loop variable an AST loop runs over is the statement's argument that uses its
+    iterator (an argument ``-c3`` or ``c0 + 1`` counts; two such arguments: a skewed
+    loop, counted as one strided access). A statement the AST prints more than once
+    (a peeled first iteration) counts its most strided occurrence.
+    """
+    by_name = {st.name: st for st in kernel.statements}
+    deepest = max((len(st.loops) for st in kernel.statements), default=0)
+    strided: dict = {}
+
+    def walk(node: isl.AstNode, iterator: Optional[str]) -> None:
+        t = node.get_type()
+        if t == isl.ast_node_type.for_:
+            iterator = node.for_get_iterator().get_id().get_name()
+        if t == isl.ast_node_type.user:
+            call = node.user_get_expr()
+            st = by_name[call.get_op_arg(0).get_id().get_name()]
+            if iterator is None or len(st.loops) != deepest:
+                return
+            uses = [st.loop_vars[k - 1] for k in range(1, call.get_op_n_arg())
+                    if re.search(rf"\b{iterator}\b", call.get_op_arg(k).to_C_str())]
+            n = strided_accesses(st, uses[0]) if len(uses) == 1 else int(len(uses) > 1)
+            strided[st.name] = max(strided.get(st.name, 0), n)
+            return
+        for child in ast_children(node):
+            walk(child, iterator)
+
+    walk(ast, None)
+    return sum(strided.values())
 
 
 def unit_stride_bands(schedule: isl.Schedule, kernel: ir.Kernel) -> tuple[isl.Schedule, list]:

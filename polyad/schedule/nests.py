@@ -1,6 +1,8 @@
-"""Top-level loop nests of a kernel, as the schedule passes see them."""
+"""Top-level loop nests of a kernel, as the schedule passes see them, and AST children."""
 
 from __future__ import annotations
+
+import islpy as isl
 
 from .. import ir
 
@@ -21,3 +23,21 @@ def common_depth(nest: list) -> int:
               and st.position[:c + 1] == first.position[:c + 1] for st in nest):
         c += 1
     return c
+
+
+def ast_children(node: isl.AstNode) -> list:
+    """The child nodes of an ISL AST node (for walkers)."""
+    t = node.get_type()
+    if t == isl.ast_node_type.for_:
+        return [node.for_get_body()]
+    if t == isl.ast_node_type.if_:
+        kids = [node.if_get_then_node()]
+        if node.if_has_else_node():
+            kids.append(node.if_get_else_node())
+        return kids
+    if t == isl.ast_node_type.block:
+        ch = node.block_get_children()
+        return [ch.get_at(k) for k in range(ch.n_ast_node())]
+    if t == isl.ast_node_type.mark:
+        return [node.mark_get_node()]
+    return []

@@ -22,8 +22,10 @@ this order)::
         pipeline's ``Options`` (``deterministic`` ...). Pure: no side effect
         on ``scheduled``.
     score(plan) -> (parallel, looped)
-        statements the plan runs in parallel / statements under any loop;
-        the scheduler keeps program order unless ISL's schedule scores more.
+        the parallel work of the plan and the most it could be (OpenMP: over
+        the deepest statements, 2 for a parallel loop that pays, 1 for a thin
+        one or a unit-stride vector loop); the scheduler keeps program order
+        unless ISL's schedule scores more.
     emit(plan) -> str
         the complete source text (deterministic).
     signature(kernel) -> CSignature

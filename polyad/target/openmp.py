@@ -24,6 +24,7 @@ from ..emit.c_openmp import cname, dsl_c_names, emit_c, signature
 from ..emit.cexpr import C99, ast_expr_c
 from ..runtime.loader import CompiledKernel
 from ..schedule import LoopFacts, ast_children, loop_key
+from ..schedule.locality import strided_accesses
 
 # Loops with at most this many iterations, whatever the sizes (filter taps,
 # channels of a fixed-size layer), are never made 'omp parallel for': a thread
@@ -204,24 +205,56 @@ class OpenMPPlan:
         return any(self.shares_work(c) for c in ast_children(node))
 
     def score(self) -> tuple[int, int]:
-        """(statements under an 'omp parallel for', statements under any loop)."""
-        parallel, looped = set(), set()
+        """(parallel work, the most it could be) over the deepest statements.
 
-        def walk(node, in_loop, in_threads):
+        Deepest: the statements with the most loops around them in the kernel, whose
+        instances grow fastest with the sizes (the leading term of the work: a copy
+        loop that another schedule makes parallel does not outweigh them). Each scores
+        2 under an 'omp parallel for' that pays, 1 under one in a region that runs in
+        threads only from THIN_WORK iterations on (``region_if``: one loop's work per
+        barrier) or in a vector loop (simd, per-lane partial sums) outside threads that
+        walks its arrays at unit stride, and 0 otherwise; the most is 2 per deepest
+        statement under a loop.
+        """
+        parallel, looped = {}, set()
+        deepest = max((len(st.loops) for st in self.scheduled.kernel.statements), default=0)
+        by_name = {st.name: st for st in self.scheduled.kernel.statements}
+
+        def walk(node, in_loop, threads, thin, vector):
             lp = self.loop(node)
-            in_loop = in_loop or lp is not None
-            in_threads = in_threads or (lp is not None and lp.threads)
+            if lp is not None:
+                in_loop = True
+                thin = thin or bool(lp.region_if)
+                threads = threads or lp.threads
+                vector = node.for_get_iterator().get_id().get_name() \
+                    if lp.simd or lp.lane_sums else None
             if node.get_type() == isl.ast_node_type.user:
-                name = node.user_get_expr().get_op_arg(0).get_id().get_name()
-                if in_loop:
-                    looped.add(name)
-                if in_threads:
-                    parallel.add(name)
+                call = node.user_get_expr()
+                st = by_name[call.get_op_arg(0).get_id().get_name()]
+                if len(st.loops) == deepest and in_loop:
+                    looped.add(st.name)
+                    work = 2 if threads and not thin else 1 if threads or (
+                        vector is not None and _unit_stride_along(st, call, vector)) else 0
+                    parallel[st.name] = max(parallel.get(st.name, 0), work)
             for c in ast_children(node):
-                walk(c, in_loop, in_threads)
+                walk(c, in_loop, threads, thin, vector)
 
-        walk(self.scheduled.ast, False, False)
-        return len(parallel), len(looped)
+        walk(self.scheduled.ast, False, False, False, None)
+        return sum(parallel.values()), 2 * len(looped)
+
+
+def _loop_vars_along(st: ir.Statement, call: isl.AstExpr, iterator: str) -> list:
+    """The loop variables of ``st`` whose values the AST loop ``iterator`` changes: those
+    whose argument in the statement's call uses it (``c1``, ``N - c1``, ``c0 + c1``)."""
+    return [st.loop_vars[k - 1] for k in range(1, call.get_op_n_arg())
+            if re.search(rf"\b{iterator}\b", call.get_op_arg(k).to_C_str())]
+
+
+def _unit_stride_along(st: ir.Statement, call: isl.AstExpr, iterator: str) -> bool:
+    """The AST loop ``iterator`` runs over one loop of ``st``, along which every access of
+    ``st`` has unit stride."""
+    uses = _loop_vars_along(st, call, iterator)
+    return len(uses) == 1 and strided_accesses(st, uses[0]) == 0
 
 
 def _order_dependent(facts: LoopFacts, kernel: ir.Kernel) -> str:
@@ -318,14 +351,15 @@ class _Planner:
         # combine writes the whole section, so inside a thread loop the section
         # must be that loop's private copy too (else threads race on it).
         shared = set(privatized) - set(enclosing.privatized if enclosing else ())
-        lanes = self.lane_sums(node, it, facts, privatized, threads, shared, below)
+        lanes = self.lane_sums(node, it, facts, threads, enclosing, below)
         if lanes:
             # per-lane partial sums instead of a 'simd reduction' over the whole array
             # section (which gcc 12 sets up and combines element by element on every
-            # entry of the loop)
+            # entry of the loop), or instead of a scalar loop (a sum into an element of a
+            # large array: gemm's gradient d_A[i, k] += d_C[i, j] * B[k, j] along j)
             lp = LoopPlan(facts, name, threads, False, {}, atomic, mapping + (
                 f"; innermost loop adds into elements invariant along it: per-lane "
-                f"partial sums ({lanes} lanes) into {', '.join(sorted(privatized))}"),
+                f"partial sums ({lanes} lanes) into {', '.join(sorted(facts.scatters))}"),
                 lane_sums=lanes)
         elif (not below and facts.parallel and not facts.private and not atomic
                 and not (enclosing is not None and shared)):
@@ -336,37 +370,55 @@ class _Planner:
         self.loops[key] = lp
         return True
 
-    def lane_sums(self, node, it: str, facts: LoopFacts, privatized: dict, threads: bool,
-                  shared: set, below: bool) -> int:
+    def lane_sums(self, node, it: str, facts: LoopFacts, threads: bool,
+                  enclosing: Optional[LoopPlan], below: bool) -> int:
         """How many lanes of partial sums the innermost loop ``node`` gets, or 0.
 
-        Only for a loop whose body is plain statements, each adding (no guard) into
-        an element of a privatized small target whose index does not use the loop
-        (so the element is the same on every iteration), and in the default mode
-        (the lanes reassociate the sum, as the reduction clause it replaces does).
+        Only for a sequential loop whose body is plain statements, each adding (no
+        guard) into an element of an array the loop scatters into, whose index does not
+        use the loop (so the element is the same on every iteration: a sum along the
+        loop), and in the default mode (the lanes reassociate the sum, as a reduction
+        clause does). Inside an 'omp parallel for' loop, each such array must be one
+        that loop does not scatter into, or privatizes (else the threads would race on
+        the final update of the element).
         """
-        if (below or threads or shared or not privatized or self.deterministic
+        if (below or threads or not facts.scatters or self.deterministic
                 or not facts.parallel or facts.private or facts.reductions):
             return 0
+        targets = set(facts.scatters)
+        if enclosing is not None and any(a in enclosing.facts.scatters
+                                         and a not in enclosing.privatized for a in targets):
+            return 0
+        dtypes = self.sums_along(node, it, targets)
+        if dtypes is None:
+            return 0
+        if len(dtypes) != 1 or not next(iter(dtypes)).is_float:
+            return 0
+        lanes = LANE_BITS // next(iter(dtypes)).bits
+        if facts.trip_count_bound is not None and facts.trip_count_bound < lanes:
+            return 0  # never a whole block of lanes (filter taps)
+        return lanes
+
+    def sums_along(self, node, it: str, targets: set) -> Optional[set]:
+        """The dtypes of the targets when the body of loop ``node`` (iterator ``it``) is plain
+        statements, each adding (no guard) into an element of one of ``targets`` whose
+        index does not use the loop: every iteration adds into the same elements (sums
+        along the loop); else None."""
         users = _flat_body(node.for_get_body())
         if not users or any(u.get_type() != isl.ast_node_type.user for u in users):
-            return 0
+            return None
         dtypes = set()
         for u in users:
             call = u.user_get_expr()
             st = self.by_name[call.get_op_arg(0).get_id().get_name()]
-            var = [st.loop_vars[k - 1] for k in range(1, call.get_op_n_arg())
-                   if call.get_op_arg(k).get_type() == isl.ast_expr_type.id
-                   and call.get_op_arg(k).get_id().get_name() == it]
+            var = _loop_vars_along(st, call, it)
             if (len(var) != 1 or st.op not in ("+=", "-=") or st.guard is not None
-                    or not isinstance(st.target, ir.Load) or st.target.array not in privatized
+                    or not isinstance(st.target, ir.Load) or st.target.array not in targets
                     or any(isinstance(x, ir.LoopVar) and x.name == var[0]
                            for ix in st.target.index for x in ir.walk(ix))):
-                return 0
+                return None
             dtypes.add(self.kernel.array_type(st.target.array).dtype)
-        if len(dtypes) != 1 or not next(iter(dtypes)).is_float:
-            return 0
-        return LANE_BITS // next(iter(dtypes)).bits
+        return dtypes
 
     def threads(self, node, facts: LoopFacts, atomic: frozenset,
                 enclosing: Optional[LoopPlan], loops_above: int) -> tuple[bool, str]:
@@ -387,6 +439,10 @@ class _Planner:
             return False, f"left sequential: at most {SMALL_LOOP} iterations, too few for threads"
         if enclosing is not None:
             return False, "runs inside an enclosing 'omp parallel for' loop"
+        it = node.for_get_iterator().get_id().get_name()
+        if atomic and self.sums_along(node, it, set(facts.scatters)) is not None:
+            return False, ("left sequential: every iteration adds into the same elements "
+                           "(a sum along the loop), threads would update them atomically")
         if not atomic or not self.has_clean_parallel(node.for_get_body()):
             return True, "outermost parallel loop: 'omp parallel for'"
         return False, ("left sequential: it needs atomics, and an inner loop is "
