@@ -25,7 +25,6 @@ import dataclasses
 from types import SimpleNamespace
 from typing import Optional
 
-from .. import ir
 from ..ir import Call, Expr, FAssign, FIf, FReturn, FuncDef, ScalarRef
 from .exprs import cast, fconst
 from .rules import FUNC_RULES

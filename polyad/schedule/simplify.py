@@ -60,7 +60,7 @@ import math
 import numpy as np
 
 from .. import ir
-from ..ir import Binary, Call, Const, Expr, Load, ScalarRef, Select, Unary
+from ..ir import Binary, Call, Const, Expr, Load, Select, Unary
 
 
 def simplify_expr(e: Expr, device_funcs: frozenset = frozenset()) -> Expr:
