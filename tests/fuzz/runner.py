@@ -22,7 +22,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SELFTEST_CRASH = "POLYAD_FUZZ_SELFTEST_CRASH"   # seed whose worker segfaults on purpose
-SELFTEST_HANG = "POLYAD_FUZZ_SELFTEST_HANG"     # seed whose worker hangs on purpose
+SELFTEST_HANG = "POLYAD_FUZZ_SELFTEST_HANG"     # seed whose worker hangs on purpose, mid-line
 START = "FUZZ-START "
 DONE = "FUZZ-RESULT "
 
@@ -43,6 +43,8 @@ def worker(seeds, full: bool, sanitize) -> None:
             if os.environ.get(SELFTEST_CRASH) == str(seed):   # the supervisor's own test
                 os.kill(os.getpid(), signal.SIGSEGV)
             if os.environ.get(SELFTEST_HANG) == str(seed):
+                time.sleep(1.0)   # so that the partial line arrives on its own
+                print("a line the worker never ends", end="", flush=True)
                 time.sleep(3600)
             opts = {"grads": True, "use_jax": True, "deterministic": True} if full else plan(seed)
             if sanitize:
@@ -100,8 +102,11 @@ def run_cases(seeds, workers: int = 2, case_timeout: float = 120.0, full: bool =
             return
         p = _spawn(chunk, full, sanitize, env)
         procs[p] = {"pending": list(chunk), "current": None, "since": time.monotonic(),
-                    "stderr": []}
+                    "stderr": [], "partial": b""}
         sel.register(p.stdout, selectors.EVENT_READ, p)
+        # Both pipes are read without blocking: a worker that prints part of a
+        # line and then hangs must not stop the supervisor's timeout clock.
+        os.set_blocking(p.stdout.fileno(), False)
         os.set_blocking(p.stderr.fileno(), False)
 
     def finish(p, status, message):
@@ -128,22 +133,27 @@ def run_cases(seeds, workers: int = 2, case_timeout: float = 120.0, full: bool =
             events = sel.select(timeout=1.0)
             for key, _ in events:
                 p = key.data
-                line = p.stdout.readline()
                 st = procs[p]
-                if not line:
+                try:
+                    data = os.read(p.stdout.fileno(), 1 << 16)
+                except BlockingIOError:
+                    continue
+                if not data:
                     p.wait()
                     finish(p, "exit" if p.returncode == 0 else "crash",
                            f"worker exited with status {p.returncode}")
                     continue
-                if line.startswith(START):
-                    st["current"] = int(line[len(START):])
-                    st["since"] = time.monotonic()
-                elif line.startswith(DONE):
-                    r = json.loads(line[len(DONE):])
-                    results[r["seed"]] = r
-                    st["current"] = None
-                    if on_result:
-                        on_result(r)
+                *lines, st["partial"] = (st["partial"] + data).split(b"\n")
+                for line in (raw.decode(errors="replace") for raw in lines):
+                    if line.startswith(START):
+                        st["current"] = int(line[len(START):])
+                        st["since"] = time.monotonic()
+                    elif line.startswith(DONE):
+                        r = json.loads(line[len(DONE):])
+                        results[r["seed"]] = r
+                        st["current"] = None
+                        if on_result:
+                            on_result(r)
             now = time.monotonic()
             for p in list(procs):
                 st = procs[p]
