@@ -22,8 +22,6 @@ overwritten before the reverse sweep reads them.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 import zlib
 
@@ -334,23 +332,9 @@ ASAN_SCRIPT = textwrap.dedent('''
 
 
 def test_trimmed_tapes_clean_under_asan(tmp_path, repo_root):
-    from test_asan import _libasan
-    libasan = _libasan()
-    if libasan is None:
-        pytest.skip("gcc with libasan not available")
-    script = tmp_path / "asan_tapes.py"
-    script.write_text(ASAN_SCRIPT.format(tests=os.path.join(repo_root, "tests")))
-    env = dict(os.environ)
-    env["LD_PRELOAD"] = libasan
-    env["ASAN_OPTIONS"] = "detect_leaks=0"
-    env["PYTHONPATH"] = os.pathsep.join([repo_root] + [p for p in [env.get("PYTHONPATH")] if p])
-    env["POLYAD_CACHE_DIR"] = str(tmp_path / "cache")
-    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
-                          text=True, timeout=600, cwd=str(tmp_path))
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
-    assert "AddressSanitizer" not in out, out
-    assert "TAPE-ASAN-OK" in proc.stdout, out
+    from test_asan import run_script_under_asan
+    run_script_under_asan(tmp_path, repo_root, ASAN_SCRIPT.format(tests=os.path.join(repo_root, "tests")),
+                          "TAPE-ASAN-OK")
 
 
 # ---------------------------------------------------------------------------

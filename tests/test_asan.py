@@ -249,24 +249,30 @@ def _libasan():
     return path if os.path.isabs(path) and os.path.exists(path) else None
 
 
-@pytest.mark.parametrize("script_text", [SCRIPT, GRADIENT_SCRIPT], ids=["kernels", "gradients"])
-def test_asan_kernels_clean(tmp_path, repo_root, script_text):
+def run_script_under_asan(tmp_path, repo_root, script_text: str, marker: str) -> str:
+    """Run ``script_text`` as a Python script with libasan preloaded, polyad from
+    ``repo_root`` and a fresh cache under ``tmp_path``; assert it exits cleanly,
+    reports nothing and prints ``marker``; returns its output. Skips without libasan."""
     libasan = _libasan()
     if libasan is None:
         pytest.skip("gcc with libasan not available")
-    script = tmp_path / "asan_kernels.py"
+    script = tmp_path / "asan_script.py"
     script.write_text(script_text)
-    env = dict(os.environ)
-    env["LD_PRELOAD"] = libasan
-    env["ASAN_OPTIONS"] = "detect_leaks=0"
+    env = dict(os.environ, LD_PRELOAD=libasan, ASAN_OPTIONS="detect_leaks=0",
+               POLYAD_CACHE_DIR=str(tmp_path / "cache"))
     env["PYTHONPATH"] = os.pathsep.join([repo_root] + [p for p in [env.get("PYTHONPATH")] if p])
-    env["POLYAD_CACHE_DIR"] = str(tmp_path / "cache")
     proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
                           text=True, timeout=600, cwd=str(tmp_path))
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert "AddressSanitizer" not in out, out
-    assert "ASAN-SCRIPT-OK" in proc.stdout, out
+    assert marker in proc.stdout, out
+    return out
+
+
+@pytest.mark.parametrize("script_text", [SCRIPT, GRADIENT_SCRIPT], ids=["kernels", "gradients"])
+def test_asan_kernels_clean(tmp_path, repo_root, script_text):
+    run_script_under_asan(tmp_path, repo_root, script_text, "ASAN-SCRIPT-OK")
     # where the cache holds shared libraries, the sanitized ones are instrumented
     libs = [os.path.join(r, f) for r, _, fs in os.walk(tmp_path / "cache") for f in fs
             if f.endswith(".so")]

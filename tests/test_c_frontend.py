@@ -7,7 +7,6 @@ have one; gradients of the corpus costs are checked against central finite
 differences of gcc's build; rejected constructs must name their C line.
 """
 
-import os
 import subprocess
 import sys
 import textwrap
@@ -171,21 +170,9 @@ ASAN_SCRIPT = textwrap.dedent('''
 
 
 def test_c_adjoints_clean_under_asan(tmp_path, repo_root):
-    from test_asan import _libasan
-    libasan = _libasan()
-    if libasan is None:
-        pytest.skip("gcc with libasan not available")
-    script = tmp_path / "c_asan.py"
-    script.write_text(ASAN_SCRIPT.format(tests=str(Path(__file__).parent)))
-    env = dict(os.environ, LD_PRELOAD=libasan, ASAN_OPTIONS="detect_leaks=0",
-               POLYAD_CACHE_DIR=str(tmp_path / "cache"))
-    env["PYTHONPATH"] = os.pathsep.join([repo_root] + [p for p in [env.get("PYTHONPATH")] if p])
-    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True,
-                          timeout=600, cwd=str(tmp_path))
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
-    assert "AddressSanitizer" not in out, out
-    assert "C-ASAN-OK" in proc.stdout, out
+    from test_asan import run_script_under_asan
+    run_script_under_asan(tmp_path, repo_root, ASAN_SCRIPT.format(tests=str(Path(__file__).parent)),
+                          "C-ASAN-OK")
 
 
 # --------------------------------------------------------------------------

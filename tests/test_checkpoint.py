@@ -20,8 +20,6 @@ snapshots of their state instead of full tapes.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 import textwrap
 from functools import lru_cache
 
@@ -303,20 +301,6 @@ ASAN_SCRIPT = textwrap.dedent('''
 
 
 def test_checkpointed_pieces_clean_under_asan(tmp_path, repo_root):
-    from test_asan import _libasan
-    libasan = _libasan()
-    if libasan is None:
-        pytest.skip("gcc with libasan not available")
-    script = tmp_path / "asan_checkpoint.py"
-    script.write_text(ASAN_SCRIPT.format(tests=os.path.join(repo_root, "tests")))
-    env = dict(os.environ)
-    env["LD_PRELOAD"] = libasan
-    env["ASAN_OPTIONS"] = "detect_leaks=0"
-    env["PYTHONPATH"] = os.pathsep.join([repo_root] + [p for p in [env.get("PYTHONPATH")] if p])
-    env["POLYAD_CACHE_DIR"] = str(tmp_path / "cache")
-    proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
-                          text=True, timeout=600, cwd=str(tmp_path))
-    out = proc.stdout + proc.stderr
-    assert proc.returncode == 0, out
-    assert "AddressSanitizer" not in out, out
-    assert "CHECKPOINT-ASAN-OK" in proc.stdout, out
+    from test_asan import run_script_under_asan
+    run_script_under_asan(tmp_path, repo_root, ASAN_SCRIPT.format(tests=os.path.join(repo_root, "tests")),
+                          "CHECKPOINT-ASAN-OK")
