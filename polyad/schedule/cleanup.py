@@ -1,11 +1,9 @@
 """Clean-ups of derived kernels: dead statements, saved-and-restored elements, zero
 initializations and independent nests fused into the nests that follow them.
 
-Dead-statement elimination.
-
-A statement is dead when it writes a scalar local (not the returned value)
-or a temporary array and no later statement reads what it wrote (it has no
-outgoing flow dependence). Derived kernels produce such statements, e.g. a
+Dead-statement elimination: a statement is dead when it writes a scalar local
+(not the returned value) or a temporary array and no later statement reads what
+it wrote (it has no outgoing flow dependence). Derived kernels produce such statements, e.g. a
 forward sweep recomputing a loop-local value that the adjoint sweep
 recomputes again where it needs it.
 """
@@ -20,7 +18,7 @@ import islpy as isl
 from .. import ir
 from ..ir import Load, Loop
 from ..poly import PolyModel, dependences, model_of
-from .gather import _array_conflicts_carried, _variables
+from .gather import array_conflicts_carried, accessed_names
 from .nests import common_depth, loop_nests
 
 
@@ -210,7 +208,7 @@ def fuse_independent_nests(kernel: ir.Kernel, model: Optional[PolyModel] = None)
     renamed to the first's, its statements after the first's in each iteration) when
     both are perfect nests (statements only in the innermost body) with the same
     ascending loops, neither writes a scalar, and in the fused nest no two accesses to one array element, one
-    of them a write, lie in different iterations (``gather._array_conflicts_carried``).
+    of them a write, lie in different iterations (``gather.array_conflicts_carried``).
     Then every conflict is between instances of one iteration, which run in their
     program order, so the results are the same bit for bit; and the fused loops are
     as parallel as the two nests were. Returns the kernel and one line per fusion.
@@ -231,8 +229,8 @@ def fuse_independent_nests(kernel: ir.Kernel, model: Optional[PolyModel] = None)
                 key=lambda s: s.position)))
             nest = [fused.get(st.name, st) for st in nests[p] + nests[q]]
             depth = len(nest[0].loops)
-            if _array_conflicts_carried(model_of(candidate, model), nest, depth,
-                                        _variables(nest) - locals_):
+            if array_conflicts_carried(model_of(candidate, model), nest, depth,
+                                        accessed_names(nest) - locals_):
                 continue
             kernel = candidate
             first = sorted({st.owner for st in nests[p]})

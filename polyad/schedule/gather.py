@@ -97,7 +97,7 @@ def _independent_iterations(nest: list, c: int, deps, locals_: set) -> bool:
     return True
 
 
-def _array_conflicts_carried(model: PolyModel, nest: list, c: int, arrays: set) -> bool:
+def array_conflicts_carried(model: PolyModel, nest: list, c: int, arrays: set) -> bool:
     """True if two accesses to one element of one of ``arrays``, at least one a write,
     lie in different iterations of the nest's ``c`` shared loops.
 
@@ -131,7 +131,7 @@ def _array_conflicts_carried(model: PolyModel, nest: list, c: int, arrays: set) 
     return False
 
 
-def _variables(nest: list) -> set:
+def accessed_names(nest: list) -> set:
     """Arrays and scalars the statements of a nest access."""
     names = set()
     for st in nest:
@@ -160,13 +160,13 @@ def ascending_order_free_nests(kernel: ir.Kernel, model: Optional[PolyModel] = N
             continue
         c = common_depth(nest)
         if c:
-            used = _variables(nest)
+            used = accessed_names(nest)
             nest_model = model_of(kernel, model)
             # Scalars: exact flow (a private temporary's reuse is no obstacle); arrays:
             # any conflicting access across iterations (the same as a carried dependence).
             deps = dependences(nest_model, variables=used & locals_,
                                flow_only=frozenset(used & locals_))
-            if _independent_iterations(nest, c, deps, locals_) and not _array_conflicts_carried(
+            if _independent_iterations(nest, c, deps, locals_) and not array_conflicts_carried(
                     nest_model, nest, c, used - locals_):
                 flip[pos] = c
     if not flip:
