@@ -22,14 +22,13 @@ The dependence test then runs on the new AST as on any other, so the facts
 
 from __future__ import annotations
 
-import re
 from typing import Optional
 
 import islpy as isl
 
 from .. import ir
 from ..ir import Load
-from .nests import ast_children
+from .nests import ast_children, loop_vars_along
 
 # Columns per strip: 256 doubles (2 KiB) of a row per strip keeps the strip of the
 # updated vector in L1 while every strip is long enough for hardware prefetching, and
@@ -106,8 +105,7 @@ def strided_inner_accesses(ast: isl.AstNode, kernel: ir.Kernel) -> int:
             st = by_name[call.get_op_arg(0).get_id().get_name()]
             if iterator is None or len(st.loops) != deepest:
                 return
-            uses = [st.loop_vars[k - 1] for k in range(1, call.get_op_n_arg())
-                    if re.search(rf"\b{iterator}\b", call.get_op_arg(k).to_C_str())]
+            uses = loop_vars_along(st, call, iterator)
             n = strided_accesses(st, uses[0]) if len(uses) == 1 else int(len(uses) > 1)
             strided[st.name] = max(strided.get(st.name, 0), n)
             return

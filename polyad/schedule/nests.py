@@ -41,3 +41,21 @@ def ast_children(node: isl.AstNode) -> list:
     if t == isl.ast_node_type.mark:
         return [node.mark_get_node()]
     return []
+
+
+def ast_expr_uses(expr: isl.AstExpr, name: str) -> bool:
+    """Whether the ISL AST expression ``expr`` mentions the identifier ``name``."""
+    t = expr.get_type()
+    if t == isl.ast_expr_type.id:
+        return expr.get_id().get_name() == name
+    if t == isl.ast_expr_type.op:
+        return any(ast_expr_uses(expr.get_op_arg(k), name) for k in range(expr.get_op_n_arg()))
+    return False
+
+
+def loop_vars_along(st, call: isl.AstExpr, iterator: str) -> list:
+    """The loop variables of statement ``st`` whose values the AST loop ``iterator``
+    changes: those whose argument in the statement's AST call (``call``) uses it
+    (``c1``, ``N - c1``, ``c0 + c1``)."""
+    return [st.loop_vars[k - 1] for k in range(1, call.get_op_n_arg())
+            if ast_expr_uses(call.get_op_arg(k), iterator)]

@@ -13,7 +13,6 @@ by an array-section reduction (privatized copies), other scatters by
 from __future__ import annotations
 
 import dataclasses
-import re
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -24,6 +23,7 @@ from ..emit.c_openmp import cname, dsl_c_names, emit_c, signature
 from ..emit.cexpr import C99, ast_expr_c
 from ..runtime.loader import CompiledKernel
 from ..schedule import LoopFacts, ast_children, loop_key
+from ..schedule.nests import ast_expr_uses, loop_vars_along
 from ..schedule.locality import strided_accesses
 
 # Loops with at most this many iterations, whatever the sizes (filter taps,
@@ -243,17 +243,10 @@ class OpenMPPlan:
         return sum(parallel.values()), 2 * len(looped)
 
 
-def _loop_vars_along(st: ir.Statement, call: isl.AstExpr, iterator: str) -> list:
-    """The loop variables of ``st`` whose values the AST loop ``iterator`` changes: those
-    whose argument in the statement's call uses it (``c1``, ``N - c1``, ``c0 + c1``)."""
-    return [st.loop_vars[k - 1] for k in range(1, call.get_op_n_arg())
-            if re.search(rf"\b{iterator}\b", call.get_op_arg(k).to_C_str())]
-
-
 def _unit_stride_along(st: ir.Statement, call: isl.AstExpr, iterator: str) -> bool:
     """The AST loop ``iterator`` runs over one loop of ``st``, along which every access of
     ``st`` has unit stride."""
-    uses = _loop_vars_along(st, call, iterator)
+    uses = loop_vars_along(st, call, iterator)
     return len(uses) == 1 and strided_accesses(st, uses[0]) == 0
 
 
@@ -271,7 +264,7 @@ def _bounds_use(node: isl.AstNode, iterator: str) -> bool:
     """Some for-node at or below ``node`` has bounds that use ``iterator``."""
     if node.get_type() == isl.ast_node_type.for_:
         for e in (node.for_get_init(), node.for_get_cond()):
-            if re.search(rf"\b{iterator}\b", e.to_C_str()):
+            if ast_expr_uses(e, iterator):
                 return True
     return any(_bounds_use(c, iterator) for c in ast_children(node))
 
@@ -411,7 +404,7 @@ class _Planner:
         for u in users:
             call = u.user_get_expr()
             st = self.by_name[call.get_op_arg(0).get_id().get_name()]
-            var = _loop_vars_along(st, call, it)
+            var = loop_vars_along(st, call, it)
             if (len(var) != 1 or st.op not in ("+=", "-=") or st.guard is not None
                     or not isinstance(st.target, ir.Load) or st.target.array not in targets
                     or any(isinstance(x, ir.LoopVar) and x.name == var[0]
