@@ -6,13 +6,19 @@ The convention (the loader implements it): parameters in DSL order, positional
 or by keyword; ``pa.Out`` arrays may be omitted (then allocated and returned);
 sizes are keywords, inferred from the array shapes when omitted; the result is
 the returned scalar, then the ``pa.Out`` arrays, one value or a tuple.
+``bind_args`` and ``infer_sizes`` apply the convention to a call's arguments for
+the callers that run kernels without the loader (the interpreter, the
+checkpointing driver, dask tiling, solvers).
 """
 
 from __future__ import annotations
 
 import inspect
 
+import numpy as np
+
 from . import ir
+from .errors import ArgumentError
 
 _P = inspect.Parameter
 
@@ -80,3 +86,30 @@ def docstring(k: ir.Kernel, summary: str = "", returns: str = "") -> str:
     head = summary.strip() or f"polyad kernel {k.name} (compiled OpenMP C)."
     return (f"{head}\n\n{k.name}{signature(k)}\n\n{parameters_doc(k)}\n"
             f"{returns or returns_doc(k)}")
+
+
+def infer_sizes(k: ir.Kernel, arrays: dict, given: dict) -> dict:
+    """Sizes from the shapes of the given arrays and the ``given`` sizes (``ir.infer_sizes``)."""
+    return ir.infer_sizes(k, {n: np.shape(a) for n, a in arrays.items()}, given)
+
+
+def bind_args(k: ir.Kernel, args, kwargs):
+    """(name -> value for parameters given, sizes given) from a call's arguments."""
+    if len(args) > len(k.params):
+        raise ArgumentError(f"{k.name}() takes {len(k.params)} arguments, got {len(args)}")
+    bound = {p.name: a for p, a in zip(k.params, args)}
+    sizes = {}
+    pnames = {p.name for p in k.params}
+    for n, v in kwargs.items():
+        if n in pnames:
+            if n in bound:
+                raise ArgumentError(f"{k.name}() got multiple values for {n!r}")
+            bound[n] = v
+        elif n in k.sizes:
+            sizes[n] = v
+        else:
+            raise ArgumentError(f"{k.name}() has no parameter or size named {n!r}")
+    for p in k.params:
+        if p.name not in bound and p.intent != "out":
+            raise ArgumentError(f"{k.name}() missing argument {p.name!r}")
+    return bound, sizes

@@ -38,7 +38,7 @@ from .ad import checkpoint as ck
 from .api import Kernel
 from .errors import MemoryBudgetError, PolyadError
 from .runtime import budget
-from .testing import bind_args
+from .callconv import bind_args
 
 __all__ = ["Checkpointer", "Plan", "checkpointer"]
 

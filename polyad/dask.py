@@ -61,7 +61,7 @@ from .errors import ArgumentError, DTypeError, TilingError
 from .ir import Cast, Condition, Const, Load, LoopVar, ScalarRef, SizeVar
 from .poly import loop_position_vars, tile_footprint
 from .runtime.threads import num_threads
-from .testing import bind_args, infer_sizes
+from .callconv import bind_args, infer_sizes
 
 __all__ = ["map_kernel", "TilingError"]
 

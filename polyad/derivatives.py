@@ -34,7 +34,7 @@ from .api import Func, Kernel
 from .errors import NotDifferentiableError, ShapeError
 from .pipeline import kernel_ir
 from .runtime import budget as _budget
-from .testing import bind_args, call_interpreted
+from .testing import call_interpreted
 from .tracebacks import user_facing
 
 __all__ = ["grad", "value_and_grad", "vjp", "jvp", "hvp", "hessian", "adjoint", "is_linear",
@@ -318,7 +318,7 @@ class HessianKernel(DerivedKernel):
     def __call__(self, *args, **kwargs):
         pk = kernel_ir(self.primal)
         (name,) = self.wrt_names
-        bound, sizes = bind_args(pk, args, kwargs)
+        bound, sizes = callconv.bind_args(pk, args, kwargs)
         x = bound[name]
         shape = np.shape(x)
         n = int(np.prod(shape)) if shape else 1
@@ -491,7 +491,7 @@ def check_grad(k, wrt, *args, eps: Optional[float] = None, directions: int = 3,
     kobj = k if isinstance(k, Kernel) else Kernel(ir_kernel=kernel_ir(k))
     pk = kobj.ir
     names = ad.check_wrt(pk, wrt)
-    bound, sizes = bind_args(pk, args, kwargs)
+    bound, sizes = callconv.bind_args(pk, args, kwargs)
     bound = {n: (np.array(v, copy=True) if isinstance(v, np.ndarray) else v)
              for n, v in bound.items()}
     is64 = all((p.type.dtype if p.is_array else p.type) != ir.f32 for p in pk.params

@@ -34,7 +34,7 @@ from . import derivatives, ir
 from .ad import check_linear
 from .api import Kernel
 from .errors import ArgumentError, ShapeError
-from .testing import infer_sizes
+from .callconv import infer_sizes
 
 __all__ = ["LinearOperator", "linear_operator", "Objective", "SolveInfo", "cg",
            "gradient_descent", "nonlinear_cg", "newton_cg", "adam"]

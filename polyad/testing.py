@@ -15,6 +15,7 @@ from typing import Any, Mapping, Optional
 import numpy as np
 
 from . import ir
+from .callconv import bind_args, infer_sizes
 from .errors import ArgumentError
 from .intrinsics import INTRINSICS
 from .ir import (Binary, Call, Cast, Const, Expr, Load, LoopVar, ScalarRef, Select,
@@ -254,33 +255,6 @@ def interpret(kernel: ir.Kernel, args: Mapping[str, Any], sizes: Mapping[str, in
 # --------------------------------------------------------------------------
 # the compiled calling convention, on the interpreter (an independent path)
 # --------------------------------------------------------------------------
-
-
-def infer_sizes(k: ir.Kernel, arrays: dict, given: dict) -> dict:
-    """Sizes from the shapes of the given arrays and the ``given`` sizes (``ir.infer_sizes``)."""
-    return ir.infer_sizes(k, {n: np.shape(a) for n, a in arrays.items()}, given)
-
-
-def bind_args(k: ir.Kernel, args, kwargs):
-    """(name -> value for parameters given, sizes given) from a call's arguments."""
-    if len(args) > len(k.params):
-        raise ArgumentError(f"{k.name}() takes {len(k.params)} arguments, got {len(args)}")
-    bound = {p.name: a for p, a in zip(k.params, args)}
-    sizes = {}
-    pnames = {p.name for p in k.params}
-    for n, v in kwargs.items():
-        if n in pnames:
-            if n in bound:
-                raise ArgumentError(f"{k.name}() got multiple values for {n!r}")
-            bound[n] = v
-        elif n in k.sizes:
-            sizes[n] = v
-        else:
-            raise ArgumentError(f"{k.name}() has no parameter or size named {n!r}")
-    for p in k.params:
-        if p.name not in bound and p.intent != "out":
-            raise ArgumentError(f"{k.name}() missing argument {p.name!r}")
-    return bound, sizes
 
 
 def call_interpreted(k, *args, **kwargs):

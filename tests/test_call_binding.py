@@ -404,17 +404,17 @@ def test_c_signature_is_typed_records():
 def test_one_size_inference_for_calls_bridges_and_the_interpreter():
     """The compiled call, the framework bridges (``polyad.functional``) and the
     reference interpreter infer sizes with one function: same sizes, same errors."""
-    from polyad import ir, testing
+    from polyad import callconv, ir
     from polyad.functional import FunctionalKernel
     kir = odd_extent.ir
     x = np.zeros(7)
     want = ir.infer_sizes(kir, {"x": x.shape}, {})
     assert FunctionalKernel(odd_extent).infer_sizes({"x": x.shape}, {}) == want
-    assert testing.infer_sizes(kir, {"x": x}, {}) == want
+    assert callconv.infer_sizes(kir, {"x": x}, {}) == want
     messages = set()
     for infer in (lambda: ir.infer_sizes(kir, {"x": (6,)}, {}),
                   lambda: FunctionalKernel(odd_extent).infer_sizes({"x": (6,)}, {}),
-                  lambda: testing.infer_sizes(kir, {"x": np.zeros(6)}, {}),
+                  lambda: callconv.infer_sizes(kir, {"x": np.zeros(6)}, {}),
                   lambda: odd_extent(np.zeros(6))):
         with pytest.raises(pa.ArgumentError) as err:   # 2 * N + 1 == 6 has no solution
             infer()
