@@ -33,6 +33,7 @@ import islpy as isl
 
 from .. import ir
 from ..ir import Load
+from ..schedule.nests import ast_children
 from .c_openmp import POLYAD_VERSION, _Emitter, _flat_block, _used_scalars, cname, signature
 from .cexpr import Dialect
 
@@ -90,7 +91,7 @@ class _CudaEmitter(_Emitter):
         lp = self.plan.loop(node)
         if lp is not None and lp.threads:
             return True
-        return any(self._contains_grid(c) for c in _children(node))
+        return any(self._contains_grid(c) for c in ast_children(node))
 
     def _bounds(self, node, iters):
         init = self.ast_c(node.for_get_init(), iters, loop_bound=True)
@@ -107,7 +108,7 @@ class _CudaEmitter(_Emitter):
         def visit(n):
             if n.get_type() == isl.ast_node_type.user:
                 out.append(n.user_get_expr().get_op_arg(0).get_id().get_name())
-            for c in _children(n):
+            for c in ast_children(n):
                 visit(c)
         for n in nodes:
             visit(n)
@@ -373,22 +374,6 @@ class _CudaEmitter(_Emitter):
             struct += ["};", ""]
         launcher = [f'extern "C" {sig.declaration()}', "{"] + self.lines + ["}", ""]
         return "\n".join(head + struct + funcs + self.device_code + launcher)
-
-
-def _children(node: isl.AstNode) -> list:
-    t = node.get_type()
-    if t == isl.ast_node_type.for_:
-        return [node.for_get_body()]
-    if t == isl.ast_node_type.if_:
-        kids = [node.if_get_then_node()]
-        if node.if_has_else_node():
-            kids.append(node.if_get_else_node())
-        return kids
-    if t == isl.ast_node_type.block:
-        return _flat_block(node)
-    if t == isl.ast_node_type.mark:
-        return [node.mark_get_node()]
-    return []
 
 
 def emit_cuda(plan) -> str:
