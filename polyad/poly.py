@@ -627,13 +627,23 @@ def dependences(model: PolyModel, variables: Optional[set] = None,
 
 def _one_relation_per_statement(umap: isl.UnionMap) -> bool:
     """True if every map of ``umap`` is a single basic map (no piecewise access)."""
-    return all(m.n_basic_map() == 1 for m in _maps_of(umap))
+    return all(m.n_basic_map() == 1 for m in maps_of(umap))
 
 
-def _maps_of(umap: isl.UnionMap) -> list:
-    out = []
+def maps_of(umap: isl.UnionMap) -> list[isl.Map]:
+    """The maps of a union map, one per pair of statement spaces."""
+    out: list[isl.Map] = []
     umap.foreach_map(out.append)
     return out
+
+
+def within_outer_iterations(dep: isl.Map, c: int) -> bool:
+    """True if every pair of ``dep`` has equal first ``c`` iterators in source and
+    target: the dependence stays inside one iteration of the ``c`` shared outer loops."""
+    same = dep
+    for k in range(c):
+        same = same.equate(isl.dim_type.in_, k, isl.dim_type.out, k)
+    return dep.is_subset(same)
 
 
 def _variable_dependences(var_reads, must_w, writes, tree: isl.Schedule, flow_only: bool):

@@ -33,7 +33,7 @@ from . import ir
 from .emit.cexpr import ast_expr_c
 from .ir import Binary, Const, Load, ScalarRef
 from .pipeline import Artifact, Options, artifact_of
-from .poly import PolyModel, boundary_access_map
+from .poly import PolyModel, boundary_access_map, maps_of
 from .runtime import budget
 from .schedule import ScheduledKernel
 
@@ -216,12 +216,6 @@ def _piece(sk: ScheduledKernel, st: ir.Statement) -> dict:
                        for ld in writes]}
 
 
-def _maps(umap: isl.UnionMap) -> list[isl.Map]:
-    out: list[isl.Map] = []
-    umap.foreach_map(out.append)
-    return out
-
-
 def _dependences(sk: ScheduledKernel) -> list[dict]:
     out = []
     for kind, _ in DEPENDENCE_KINDS:
@@ -229,7 +223,7 @@ def _dependences(sk: ScheduledKernel) -> list[dict]:
             rows = [{"kind": kind, "variable": var,
                      "source": m.get_tuple_name(isl.dim_type.in_),
                      "sink": m.get_tuple_name(isl.dim_type.out),
-                     "relation": _show(m, sk.model)} for m in _maps(umap)]
+                     "relation": _show(m, sk.model)} for m in maps_of(umap)]
             out += sorted(rows, key=lambda r: (r["source"], r["sink"], r["relation"]))
     return out
 

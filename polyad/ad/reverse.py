@@ -32,7 +32,7 @@ from ..ir import Binary, Expr, Load, Loop, LoopVar, ScalarRef, Statement
 from ..looptree import Item, Leaf, LoopItem, Node, build_tree, filter_items, flatten, item_of, \
     tree_items, walk_items
 from . import exprs as X
-from .activity import analyze, diff_reads, target_name
+from .activity import all_reads, analyze, diff_reads, target_name
 from .funcs import FuncLibrary
 from .rules import partials
 from .recorded import RecordedSets, analysable_error_types
@@ -317,7 +317,7 @@ class _Reverse:
                 for ld in ir.loads(e):
                     idx_exprs += [("index", ld, ix) for ix in ld.index]
             for what, ld, ix in idx_exprs:
-                bad = _reads(ix) & tainted
+                bad = all_reads(ix) & tainted
                 if bad:
                     raise _err(k, f"the index {ir.expr_str(ix)} of {ir.expr_str(ld)} depends on "
                                   f"{', '.join(sorted(bad))}, which depends on the differentiated "
@@ -325,7 +325,7 @@ class _Reverse:
                                "indices must not depend on differentiated data; compute the "
                                "index from inputs you do not differentiate", st.line)
             for lp in st.loops:
-                bad = (_reads(lp.lo) | _reads(lp.hi)) & tainted
+                bad = (all_reads(lp.lo) | all_reads(lp.hi)) & tainted
                 if bad:
                     raise _err(k, f"the bounds of loop {lp.var!r} depend on "
                                   f"{', '.join(sorted(bad))}, which depends on the differentiated "
@@ -670,16 +670,6 @@ def _user_stacklevel() -> int:
         f = f.f_back
         level += 1
     return level
-
-
-def _reads(e: Expr) -> set[str]:
-    out = set()
-    for x in ir.walk(e):
-        if isinstance(x, ScalarRef):
-            out.add(x.name)
-        elif isinstance(x, Load):
-            out.add(x.array)
-    return out
 
 
 def _nest(loops, body: Item):

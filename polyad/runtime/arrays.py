@@ -71,7 +71,7 @@ def _from_dlpack(kernel: str, p: ir.Param, value) -> np.ndarray:
     except BufferError as exc:
         hint = (f"pass {p.name}.detach() (or use polyad.torch.function(kernel) to "
                 f"differentiate through the kernel)" if "gradient" in str(exc) else
-                f"pass a numpy array")
+                "pass a numpy array")
         raise ArgumentError(f"{where} cannot be viewed without a copy ({exc}): {hint}") from None
     except (TypeError, RuntimeError) as exc:
         raise DTypeError(f"{where} cannot be viewed through DLPack ({exc}): pass a numpy "

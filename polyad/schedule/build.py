@@ -22,7 +22,7 @@ from .gather import ascending_order_free_nests, scatter_to_gather, small_target
 from .locality import has_strided_inner_loop, strided_inner_accesses, unit_stride_bands
 from .loop_order import expand_reduction_rows, unit_stride_innermost
 from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, dependences,
-                    split_boundary_pieces)
+                    maps_of, split_boundary_pieces)
 
 _REDUCTION_OPS = {"+=": "+", "-=": "+", "*=": "*"}
 
@@ -117,16 +117,10 @@ class ScheduledKernel:
         self._by_name = {s.name: s for s in self.kernel.statements}
 
 
-def _maps(umap: isl.UnionMap) -> list:
-    out = []
-    umap.foreach_map(out.append)
-    return out
-
-
 def _flat_range(umap: isl.UnionMap) -> isl.UnionMap:
     """The schedule prefix with a flat range (ISL nests the spaces of successive bands)."""
     out = None
-    for m in _maps(umap):
+    for m in maps_of(umap):
         m = m.flatten_range()
         out = m.to_union_map() if out is None else out.union(m.to_union_map())
     return out
@@ -170,7 +164,7 @@ class _LoopAnalysis:
             for var, umap in getattr(deps, kind).items():
                 self.pairs[kind, var] = [(m.get_tuple_name(isl.dim_type.in_),
                                           m.get_tuple_name(isl.dim_type.out), m)
-                                         for m in _maps(umap)]
+                                         for m in maps_of(umap)]
 
     def carried(self, kind: str, var: str, stmts: frozenset, sched: isl.UnionMap,
                 ldom: isl.UnionSet, depth: int) -> bool:
@@ -245,7 +239,7 @@ class _LoopAnalysis:
     def analyse(self, node, build):
         sched = _flat_range(build.get_schedule())
         ldom = sched.domain()
-        depth = _maps(sched)[0].dim(isl.dim_type.out) - 1
+        depth = maps_of(sched)[0].dim(isl.dim_type.out) - 1
         stmts = _names(ldom)
         reductions: dict[str, str] = {}
         private: tuple = ()
@@ -298,7 +292,7 @@ class _LoopAnalysis:
 
 def depth_after(sched: isl.UnionMap, depth: int) -> int:
     """Schedule dimensions after the loop's own (none: the prefix ends at the loop)."""
-    return _maps(sched)[0].dim(isl.dim_type.out) - depth - 1
+    return maps_of(sched)[0].dim(isl.dim_type.out) - depth - 1
 
 
 def _flat_size(at: ir.ArrayType) -> ir.Expr:

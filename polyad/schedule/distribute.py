@@ -25,31 +25,21 @@ import islpy as isl
 
 from .. import ir
 from ..ir import Load, LoopVar, ScalarRef
-from ..poly import Dependences, PolyModel, dependences, model_of
+from ..poly import Dependences, PolyModel, dependences, maps_of, model_of, within_outer_iterations
 from .nests import common_depth, loop_nests
-
-
-def _maps(umap: isl.UnionMap) -> list:
-    out = []
-    umap.foreach_map(out.append)
-    return out
 
 
 def _private_to_iterations(var: str, names: set, c: int, deps: Dependences) -> bool:
     """No value of ``var`` flows into, out of, or across the c outer iterations of the nest."""
     if var not in deps.flow:
         return True
-    for m in _maps(deps.flow[var]):
+    for m in maps_of(deps.flow[var]):
         src = m.get_tuple_name(isl.dim_type.in_)
         dst = m.get_tuple_name(isl.dim_type.out)
         if (src in names) != (dst in names):
             return False  # flows into the nest from before it, or out of it
-        if src in names:
-            same = m
-            for k in range(c):
-                same = same.equate(isl.dim_type.in_, k, isl.dim_type.out, k)
-            if not m.is_subset(same):
-                return False
+        if src in names and not within_outer_iterations(m, c):
+            return False
     return True
 
 

@@ -26,8 +26,8 @@ import islpy as isl
 
 from .. import ir
 from ..ir import Condition, Load, Loop, LoopVar
-from ..poly import (PolyModel, aff_to_expr, dependences, inverse_pieces, model_of, param_exprs,
-                    set_to_condition)
+from ..poly import (PolyModel, aff_to_expr, dependences, inverse_pieces, maps_of, model_of,
+                    param_exprs, set_to_condition, within_outer_iterations)
 from .nests import common_depth, loop_nests
 
 
@@ -83,16 +83,11 @@ def _independent_iterations(nest: list, c: int, deps, locals_: set) -> bool:
         for var, umap in getattr(deps, kind).items():
             if kind != "flow" and var in locals_:
                 continue
-            maps = []
-            umap.foreach_map(maps.append)
-            for m in maps:
+            for m in maps_of(umap):
                 if m.get_tuple_name(isl.dim_type.in_) not in names or \
                         m.get_tuple_name(isl.dim_type.out) not in names:
                     continue
-                same = m
-                for k in range(c):
-                    same = same.equate(isl.dim_type.in_, k, isl.dim_type.out, k)
-                if not m.is_subset(same):
+                if not within_outer_iterations(m, c):
                     return False
     return True
 
