@@ -132,8 +132,9 @@ class Checkpointer:
     def _shape(self, at: ir.ArrayType, env: dict) -> tuple:
         return tuple(max(0, ir.eval_integer(e, env)) for e in at.shape)
 
-    def _nbytes(self, at: ir.ArrayType, env: dict) -> int:
-        return at.dtype.storage_bytes(int(np.prod(self._shape(at, env), dtype=np.int64)))
+    @staticmethod
+    def _nbytes(at: ir.ArrayType, env: dict) -> int:
+        return at.dtype.storage_bytes(ir.stored_elements(at, env))
 
     def plan(self, env: dict, memory=None, forced: Optional[int] = None) -> Plan:
         """The plan of a call with sizes and integer parameters ``env``."""
@@ -447,10 +448,7 @@ def needs_checkpointing(derived, args, kwargs) -> bool:
                 env[p.name] = bound[p.name]
         total = 0
         for t in k.temps:
-            n = 1
-            for e in t.type.shape:
-                n *= max(0, ir.eval_integer(e, env))
-            total += t.type.dtype.storage_bytes(n)
+            total += t.type.dtype.storage_bytes(ir.stored_elements(t.type, env))
         seen[key] = total > limit
     return seen[key]
 

@@ -31,7 +31,7 @@ import pytest
 
 import polyad as pa
 from ad_helpers import assert_close, fd_grad, run, run_reference, scalar_fn
-from polyad import ad
+from polyad import ad, ir
 from polyad.ad.reverse import recorded_reads
 from polyad.derivatives import DerivedKernel
 from tape_kernels import KERNELS, make_args
@@ -61,6 +61,10 @@ def points(s: isl.Set, n: int) -> int:
 
 def copied(args: dict) -> dict:
     return {k: np.copy(v) if isinstance(v, np.ndarray) else v for k, v in args.items()}
+
+
+def as_tuple(x):
+    return x if isinstance(x, tuple) else (x,)
 
 
 def by_statement(records):
@@ -96,7 +100,7 @@ def test_cholesky_records_o_n2_values():
         assert recorded == n * (n - 1) // 2 + n      # below the diagonal, and the diagonal
     assert all(len(t.type.shape) <= 2 for t in tapes(cholesky, wrt))
     gk = ad.grad_kernel(cholesky.ir, wrt)
-    assert ad.tape_bytes(gk, {"N": 1500}) <= 8 * (1500 * 1500 + 1500)
+    assert ad.tape_bytes(gk, {"N": 1500}) == 8 * (1500 * 1499 // 2 + 1500)    # packed
     # the untrimmed derivation asks for the (N, N-1, N-2) tapes of the issue
     assert ad.tape_bytes(ad.grad_kernel(cholesky.ir, wrt, exact_tapes=False),
                          {"N": 1500}) > 25 * 2 ** 30
@@ -184,6 +188,86 @@ def test_floyd_warshall_flags_packed_one_bit_each():
     source = pa.compile(g).source
     assert "pa_bit_set(tape_S0_branch, " in source and "pa_bit_get(tape_S0_branch, " in source
     assert "#pragma omp atomic\n    words[i >> 5] |= 1u << (i & 31);" in source
+
+
+# ---------------------------------------------------------------------------
+# packed triangles
+# ---------------------------------------------------------------------------
+
+def offset_at(layout: ir.PackedLayout, point: dict, sizes: dict) -> int:
+    """``layout.offset`` at ``point`` (its exact divisions as Python's //)."""
+    def fn(x):
+        if isinstance(x, ir.Binary) and x.op == "/":
+            return ir.Binary("//", x.a, x.b, x.dtype)
+        return None
+    return ir.eval_integer(ir.map_expr(layout.offset, fn), {**point, **sizes})
+
+
+def nest_points(layout: ir.PackedLayout, sizes: dict, prefix=()):
+    """The elements a packed layout stores, in lexicographic order."""
+    d = len(prefix)
+    if d == len(layout.names):
+        yield prefix
+        return
+    env = {**sizes, **dict(zip(layout.names, prefix))}
+    for x in range(ir.eval_integer(layout.lower[d], env), ir.eval_integer(layout.upper[d], env)):
+        yield from nest_points(layout, sizes, prefix + (x,))
+
+
+TRIANGLE_TAPES = {"s": ("f64[i < N, j < i]", lambda n: n * (n - 1) // 2),
+                  "t": ("f64[i < N, i <= j < N - 1]", lambda n: n * (n - 1) // 2),
+                  "u": ("f64[i < N, j < i, k < j]", lambda n: n * (n - 1) * (n - 2) // 6)}
+
+
+def test_triangular_tapes_are_packed():
+    """Tapes over triangular loops store the triangle (tetrahedron) row after row: element
+    ``x`` at the number of elements before it, every element at its own place."""
+    triangles, wrt = KERNELS["triangles"]
+    packed = {t.holds.split()[0]: t for t in tapes(triangles, wrt)}
+    assert sorted(packed) == ["s", "t", "u"]
+    boxed = {t.holds.split()[0]: t for t in tapes(triangles, wrt, exact=False)}
+    for var, (text, count) in TRIANGLE_TAPES.items():
+        at = packed[var].type
+        assert repr(at) == text and at.shape == boxed[var].type.shape
+        assert boxed[var].type.layout is None
+        for n in range(0, 9):
+            sizes = {"N": n}
+            assert ir.stored_elements(at, sizes) == count(n)
+            offsets = [offset_at(at.layout, dict(zip(at.layout.names, p)), sizes)
+                       for p in nest_points(at.layout, sizes)]
+            assert offsets == list(range(count(n))), (var, n)
+    # lu and cholesky: the division's operand below the diagonal, half the box
+    for name in ("lu", "cholesky"):
+        kernel, wrt = KERNELS[name]
+        (tape,) = [t for t in tapes(kernel, wrt) if t.holds.startswith("A_work per element")]
+        assert repr(tape.type) == "f64[i < N, j < i]"
+        assert ad.tape_report(ad.grad_kernel(kernel.ir, wrt), {"N": 1500})[-1]["bytes"] == \
+            8 * 1500 * 1499 // 2
+    # the generated C reads them through one named offset function per tape
+    source = pa.compile(pa.grad(triangles, wrt)).source
+    assert "static inline int64_t tape_S2_s_at(int64_t i, int64_t j) " \
+        "{ return (i * i - i) / 2 + j; }" in source
+    assert "tape_S2_s[tape_S2_s_at(i, j)] = s;" in source
+    assert "/* tape_S6_u stores only its elements i < N, j < i, k < j, row after row */" \
+        in source
+
+
+def test_packed_tapes_on_cuda_sim():
+    for name in ("cholesky", "triangles"):
+        kernel, wrt = KERNELS[name]
+        g = pa.grad(kernel, wrt)
+        sim = pa.compile(g, target="cuda-sim")
+        assert "__host__ __device__" in sim.source.split("_at(int64_t i, int64_t j")[0] \
+            .splitlines()[-1]
+        reference = DerivedKernel(ad.grad_kernel(kernel.ir, wrt, exact_tapes=False), "grad",
+                                  kernel, wrt)
+        rng = np.random.default_rng(3)
+        for n in (1, 4, 7):
+            args = make_args(name, n, rng)
+            got = g.package(sim(**copied(args)))
+            ref = run(reference, **copied(args))
+            for a, b in zip(as_tuple(got), as_tuple(ref)):
+                assert_close(a, b, 1e-12, 1e-13, what=f"{name} cuda-sim n={n} vs untrimmed")
 
 
 def shortcut_distances(n: int, rng) -> dict:
@@ -314,7 +398,7 @@ ASAN_SCRIPT = textwrap.dedent('''
     from tape_kernels import KERNELS, make_args
 
     rng = np.random.default_rng(5)
-    for name in ("cholesky", "rnn", "floyd-warshall", "diffusion"):
+    for name in ("cholesky", "rnn", "floyd-warshall", "diffusion", "triangles"):
         kernel, wrt = KERNELS[name]
         g = pa.grad(kernel, wrt)
         c = pa.compile(g, sanitize="address")
@@ -350,7 +434,7 @@ def test_over_budget_call_names_tapes_formulas_and_options():
     msg = str(err.value)
     assert isinstance(err.value, pa.PolyadError) and isinstance(err.value, MemoryError)
     assert "N=120" in msg and "memory='200KB'" in msg and "POLYAD_MEMORY_BUDGET" in msg
-    assert "f64[N, N] = 8 * N * N bytes" in msg
+    assert "f64[i < N, j < i] = 8 * ((N * N - N) // 2) bytes" in msg
     assert "read by: A[i, j] /= A[j, j] (line " in msg
     # within budget the same gradient runs and matches the unbudgeted one
     ok = pa.grad(cholesky, wrt, memory="2MB")(**copied(args))
@@ -389,11 +473,11 @@ def test_explain_lists_tapes_with_formulas():
     cholesky, wrt = KERNELS["cholesky"]
     text = pa.explain(pa.grad(cholesky, wrt, memory="3GB"))
     tapes_section = text.split("\ntapes (")[1].split("\n\n")[0]
-    assert "f64[N, N] = 8 * N * N bytes: A_work per element; A_work[i, j] read by: " \
-        "A[i, j] /= A[j, j]" in tapes_section
+    assert "f64[i < N, j < i] = 8 * ((N * N - N) // 2) bytes: A_work per element; " \
+        "A_work[i, j] read by: A[i, j] /= A[j, j]" in tapes_section
     assert "f64[N] = 8 * N bytes: A_work[i, i] read by: A[i, i] = pa.sqrt(A[i, i])" \
         in tapes_section
-    assert "total: 8 * N + 8 * N * N bytes" in tapes_section
+    assert "total: 8 * N + 8 * ((N * N - N) // 2) bytes" in tapes_section
     assert "(memory='3GB')" in tapes_section
     assert "-=" not in tapes_section          # the updates read final values: no tape
 
