@@ -8,13 +8,19 @@ overwritten before the reverse sweep reads them.
   overwritten and its tape holds the branch each ``min`` took, one bit each,
   packed 32 to a word: gradients at flag counts that fill no whole word, at 1
   and 2 threads, and on cuda-sim);
+* tapes over triangular loops packed: the cholesky and lu division tapes hold
+  the triangle below the diagonal (half the box), a lower and an upper triangle
+  and a tetrahedron of scalar tapes store each element at its own place
+  (offsets a bijection onto the elements), through one named offset function
+  in the generated C, on cuda-sim too;
 * gradients equal to central finite differences (float64) and to the
-  untrimmed derivation (``exact_tapes=False``: the structural checks alone) at
-  sizes 1-6, and on the whole AD corpus;
+  untrimmed derivation (``exact_tapes=False``: the structural checks alone, boxed
+  tapes) at sizes 1-6, and on the whole AD corpus at its own arguments and at
+  sizes 1-6;
 * Hessian-vector products over the trimmed tapes against differences of
-  gradients;
-* four trimmed gradients built with AddressSanitizer (tapes indexed by fewer
-  dimensions, shared slices and branch flags stay in bounds);
+  gradients, and over budget (their tapes and the tapes' tangents named);
+* five trimmed gradients built with AddressSanitizer (tapes indexed by fewer
+  dimensions, shared slices, branch flags and packed triangles stay in bounds);
 * the memory budget: ``pa.explain`` lists each tape with its formula, a call
   over budget raises ``MemoryBudgetError`` naming tapes, statements, options.
 """
@@ -31,6 +37,7 @@ import pytest
 
 import polyad as pa
 from ad_helpers import assert_close, fd_grad, run, run_reference, scalar_fn
+from cuda_corpus import random_arguments
 from polyad import ad, ir
 from polyad.ad.reverse import recorded_reads
 from polyad.derivatives import DerivedKernel
@@ -340,7 +347,7 @@ def test_trimmed_gradient_vs_fd_and_untrimmed(name):
                              what=f"{name} n={n}: d/d{w} vs finite differences")
 
 
-@pytest.mark.parametrize("name", ["cholesky", "floyd-warshall", "rnn"])
+@pytest.mark.parametrize("name", ["cholesky", "floyd-warshall", "rnn", "triangles"])
 def test_hessian_vector_products_over_trimmed_tapes(name):
     kernel, wrt = KERNELS[name]
     wrt = [wrt] if isinstance(wrt, str) else list(wrt)
@@ -383,6 +390,50 @@ def test_corpus_trimmed_equals_untrimmed():
         assert exact <= sum(len(t.type.shape) for t in tapes(kernel, wrt, exact=False)), name
         smaller += len(tapes(kernel, wrt)) < len(tapes(kernel, wrt, exact=False))
     assert smaller >= 1     # the analysis removes tapes somewhere in the corpus
+
+
+def corpus_case(name: str):
+    """``(kernel, wrt list, untrimmed value_and_grad)`` of AD corpus case ``name``."""
+    c = CASES[name]
+    kernel, _ = c["make"](np.random.default_rng(0))
+    wrt = [c["wrt"]] if isinstance(c["wrt"], str) else list(c["wrt"])
+    return kernel, wrt, untrimmed(kernel, wrt)
+
+
+def corpus_arguments(name: str, kernel, n: int, rng):
+    """Random arguments of corpus case ``name`` with every size ``n`` (at most 3 for kernels
+    of more than three sizes: the interpreter runs them); None where the primal itself
+    rejects them (a kernel reading ``x[1]`` needs ``N >= 2``)."""
+    k = kernel.ir
+    fixed = CASES[name]["sizes"]
+    sizes = {s: fixed.get(s, n if len(k.sizes) <= 3 else min(n, 3)) for s in k.sizes}
+    args = {**random_arguments(kernel, rng, sizes), **fixed}
+    try:
+        run_reference(kernel, **copied(args))
+    except (IndexError, pa.PolyadError):
+        return None
+    return args
+
+
+def test_corpus_trimmed_equals_untrimmed_at_sizes_1_to_6():
+    """Every AD corpus case at sizes 1-6 (random arguments): the trimmed derivation (exact
+    recorded sets, packed tapes) equals the untrimmed one, both interpreted."""
+    for name in sorted(CASES):
+        kernel, wrt, reference = corpus_case(name)
+        trimmed = pa.value_and_grad(kernel, wrt)
+        rng = np.random.default_rng(zlib.crc32(name.encode()))
+        ran = 0
+        for n in range(1, 7):
+            args = corpus_arguments(name, kernel, n, rng)
+            if args is None:
+                continue
+            value, grads = run_reference(trimmed, **copied(args))
+            ref_value, ref_grads = run_reference(reference, **copied(args))
+            assert value == pytest.approx(ref_value, rel=1e-13, abs=1e-13, nan_ok=True), name
+            for w, g, rg in zip(wrt, as_tuple(grads), as_tuple(ref_grads)):
+                assert_close(g, rg, 1e-12, 1e-13, what=f"{name} n={n}: d/d{w}")
+            ran += 1
+        assert ran >= 4, name
 
 
 # ---------------------------------------------------------------------------
@@ -439,6 +490,25 @@ def test_over_budget_call_names_tapes_formulas_and_options():
     # within budget the same gradient runs and matches the unbudgeted one
     ok = pa.grad(cholesky, wrt, memory="2MB")(**copied(args))
     np.testing.assert_array_equal(ok, pa.grad(cholesky, wrt)(**copied(args)))
+
+
+def test_hessian_vector_product_over_budget_names_tapes_and_tangents():
+    """``pa.hvp`` derives from the trimmed, packed gradient: its tapes and their tangents
+    are checked against ``memory=`` before anything is allocated."""
+    cholesky, wrt = KERNELS["cholesky"]
+    args = make_args("cholesky", 120, np.random.default_rng(0))
+    direction = np.random.default_rng(1).standard_normal((120, 120))
+    h = pa.hvp(cholesky, wrt, memory="300KB")
+    with pytest.raises(pa.MemoryBudgetError) as err:
+        h(**copied(args), A_dot=direction)
+    msg = str(err.value)
+    assert "cholesky_cost_hvp_A() would allocate" in msg and "memory='300KB'" in msg
+    assert "tape tape_A_work f64[i < N, j < i] = 8 * ((N * N - N) // 2) bytes = 55.8 KiB: " \
+        "A_work per element; A_work[i, j] read by: A[i, j] /= A[j, j] (line " in msg
+    assert "tape tape_A_work_dot f64[i < N, j < i] = 8 * ((N * N - N) // 2) bytes = 55.8 KiB: " \
+        "the tangent of tape_A_work" in msg
+    within = pa.hvp(cholesky, wrt, memory="1MB")(**copied(args), A_dot=direction)
+    np.testing.assert_array_equal(within, pa.hvp(cholesky, wrt)(**copied(args), A_dot=direction))
 
 
 def test_budget_from_environment(monkeypatch):
