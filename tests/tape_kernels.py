@@ -117,10 +117,15 @@ def rnn_cost(x: pa.f64[T, N], Wh: pa.f64[N, N], h: pa.f64[N], W: pa.f64[N]) -> p
 
 
 @pa.kernel
-def triangles_cost(x: pa.f64[N], A: pa.f64[N, N]) -> pa.f64:
+def triangles_cost(x: pa.f64[N], A: pa.f64[N, N], B: pa.f64[N, N]) -> pa.f64:
     """Scalars updated nonlinearly in triangular loops: their tapes are a lower triangle
-    ``j < i``, an upper one ``i < j < N`` and a tetrahedron ``k < j < i`` (packed)."""
+    ``j < i``, an upper one ``i < j < N`` and a tetrahedron ``k < j < i``; the branch
+    flags of a ``max`` updating ``B`` in place below its diagonal (all packed)."""
     C = 0.0
+    for i in range(N):
+        for j in range(i):
+            B[i, j] = pa.max(B[i, j], x[j] * B[j, i])
+            C += B[i, j] * B[i, j]
     for i in range(N):
         s = x[i]
         for j in range(i):
@@ -156,7 +161,8 @@ def make_args(name: str, n: int, rng, steps: int = 3) -> dict:
     if name in ("seidel-2d", "diffusion"):
         return dict(A=rng.standard_normal((n, n)), W=W, steps=steps)
     if name == "triangles":
-        return dict(x=rng.standard_normal(n), A=0.5 * rng.standard_normal((n, n)))
+        return dict(x=rng.standard_normal(n), A=0.5 * rng.standard_normal((n, n)),
+                    B=rng.standard_normal((n, n)))
     if name == "rnn":
         return dict(x=rng.standard_normal((steps, n)),
                     Wh=rng.standard_normal((n, n)) / max(n, 1) ** 0.5,

@@ -223,7 +223,8 @@ def nest_points(layout: ir.PackedLayout, sizes: dict, prefix=()):
 
 TRIANGLE_TAPES = {"s": ("f64[i < N, j < i]", lambda n: n * (n - 1) // 2),
                   "t": ("f64[i < N, i <= j < N - 1]", lambda n: n * (n - 1) // 2),
-                  "u": ("f64[i < N, j < i, k < j]", lambda n: n * (n - 1) * (n - 2) // 6)}
+                  "u": ("f64[i < N, j < i, k < j]", lambda n: n * (n - 1) * (n - 2) // 6),
+                  "which": ("bit[i < N, j < i]", lambda n: n * (n - 1) // 2)}
 
 
 def test_triangular_tapes_are_packed():
@@ -231,32 +232,37 @@ def test_triangular_tapes_are_packed():
     ``x`` at the number of elements before it, every element at its own place."""
     triangles, wrt = KERNELS["triangles"]
     packed = {t.holds.split()[0]: t for t in tapes(triangles, wrt)}
-    assert sorted(packed) == ["s", "t", "u"]
+    assert sorted(packed) == ["s", "t", "u", "which"]
     boxed = {t.holds.split()[0]: t for t in tapes(triangles, wrt, exact=False)}
     for var, (text, count) in TRIANGLE_TAPES.items():
         at = packed[var].type
-        assert repr(at) == text and at.shape == boxed[var].type.shape
-        assert boxed[var].type.layout is None
+        assert repr(at) == text
+        if var in boxed:       # the untrimmed derivation tapes the values in boxes
+            assert at.shape == boxed[var].type.shape and boxed[var].type.layout is None
         for n in range(0, 9):
             sizes = {"N": n}
             assert ir.stored_elements(at, sizes) == count(n)
+            assert ad.tape_report(ad.grad_kernel(triangles.ir, wrt), sizes)[
+                [t.name for t in tapes(triangles, wrt)].index(packed[var].name)]["bytes"] == \
+                at.dtype.storage_bytes(count(n))        # bits: whole words of 32
             offsets = [offset_at(at.layout, dict(zip(at.layout.names, p)), sizes)
                        for p in nest_points(at.layout, sizes)]
             assert offsets == list(range(count(n))), (var, n)
     # lu and cholesky: the division's operand below the diagonal, half the box
     for name in ("lu", "cholesky"):
-        kernel, wrt = KERNELS[name]
-        (tape,) = [t for t in tapes(kernel, wrt) if t.holds.startswith("A_work per element")]
+        kernel, of = KERNELS[name]
+        (tape,) = [t for t in tapes(kernel, of) if t.holds.startswith("A_work per element")]
         assert repr(tape.type) == "f64[i < N, j < i]"
-        assert ad.tape_report(ad.grad_kernel(kernel.ir, wrt), {"N": 1500})[-1]["bytes"] == \
+        assert ad.tape_report(ad.grad_kernel(kernel.ir, of), {"N": 1500})[-1]["bytes"] == \
             8 * 1500 * 1499 // 2
     # the generated C reads them through one named offset function per tape
     source = pa.compile(pa.grad(triangles, wrt)).source
-    assert "static inline int64_t tape_S2_s_at(int64_t i, int64_t j) " \
+    s, u = packed["s"].name, packed["u"].name
+    assert f"static inline int64_t {s}_at(int64_t i, int64_t j) " \
         "{ return (i * i - i) / 2 + j; }" in source
-    assert "tape_S2_s[tape_S2_s_at(i, j)] = s;" in source
-    assert "/* tape_S6_u stores only its elements i < N, j < i, k < j, row after row */" \
-        in source
+    assert f"{s}[{s}_at(i, j)] = s;" in source
+    assert f"/* {u} stores only its elements i < N, j < i, k < j, row after row */" in source
+    assert f"pa_bit_set({packed['which'].name}, {packed['which'].name}_at(i, " in source
 
 
 def test_packed_tapes_on_cuda_sim():
