@@ -248,6 +248,11 @@ def test_triangular_tapes_are_packed():
             offsets = [offset_at(at.layout, dict(zip(at.layout.names, p)), sizes)
                        for p in nest_points(at.layout, sizes)]
             assert offsets == list(range(count(n))), (var, n)
+    # packed_tapes=False (benchmarks/memory.py --table packing): the same tapes, boxed
+    unpacked = ad.tape_arrays(ad.grad_kernel(triangles.ir, wrt, packed_tapes=False))
+    assert [(t.name, t.type.shape) for t in unpacked] == [
+        (t.name, t.type.shape) for t in tapes(triangles, wrt)]
+    assert all(t.type.layout is None for t in unpacked)
     # lu and cholesky: the division's operand below the diagonal, half the box
     for name in ("lu", "cholesky"):
         kernel, of = KERNELS[name]

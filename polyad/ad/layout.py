@@ -12,11 +12,14 @@ whose bounds are affine in the outer indices that number is a polynomial
 ``j < i``. It is exact integer arithmetic (a polynomial that is integral at
 integer points, divided by the common denominator of its coefficients).
 
-Only nests whose every row is non-empty or empty-with-zero-count are packed:
-each inner extent must be provably non-negative over the bounding box of the
-outer indices (``upper - lower`` has a constant lower bound >= 0 there); loops
-with steps other than +-1, bounds with ``min``/``max``/``//`` or depending on a
-dropped dimension keep the bounding box.
+The count of a row is a polynomial only while it is not negative, so a nest is
+packed only where each inner extent (``upper - lower``) is provably at least 0
+over the bounding box of the outer indices (a constant lower bound there).
+Loops with steps other than +-1, and bounds with ``min``/``max``/``//`` or
+depending on a dimension the tape drops, keep the bounding box (a decision:
+the triangles and trapezoids of factorizations and triangular solves are
+affine; the general case would need ISL's counting of quasi-polynomials,
+which islpy's build here lacks).
 """
 
 from __future__ import annotations

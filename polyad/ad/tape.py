@@ -121,7 +121,7 @@ class Resolver:
     """Decides how the reverse sweep obtains each primal value (see module doc)."""
 
     def __init__(self, root: Node, leaves: list[Leaf], local_names: set, array_types: dict,
-                 names, exact: Optional[RecordedSets] = None):
+                 names, exact: Optional[RecordedSets] = None, packed: bool = True):
         self.root = root
         self.leaves = leaves
         self.local_names = set(local_names)       # primal scalar locals
@@ -140,6 +140,7 @@ class Resolver:
         self.init_scalars: dict[str, ir.DType] = {}
         self._memo: dict = {}
         self.exact = exact                        # the ISL analysis, None: structural only
+        self.packed = packed                      # triangular tapes packed (with ``exact``)
         self.records: list[dict] = []             # one per array read the adjoint needs
         self._final: dict = {}
         self.shared: dict = {}                    # (array, loop path, depth) -> tape, reads
@@ -383,8 +384,8 @@ class Resolver:
         """The packed layout of a tape indexed by ``loops`` shifted by ``box`` (its
         ``_bbox`` entries) when they nest as a triangle (``polyad.ad.layout``); None for
         the bounding box. Off with the structural checks alone (the untrimmed reference
-        keeps boxes)."""
-        if self.exact is None or not loops:
+        keeps boxes) and when asked (``packed=False``)."""
+        if self.exact is None or not self.packed or not loops:
             return None
         dims = []
         for lp, (_, extent, first) in zip(loops, box):
