@@ -515,7 +515,8 @@ def _text(d: dict) -> str:
         _section(lines, f"checkpoints (the loop over {c['loop']}, line {c['line']}: "
                         f"{c['statement']})")
         lines.append(f"  checkpointed {c['when']} ({budget.human(c['budget']['bytes'])}, "
-                     f"{c['budget']['source']}); OpenMP target only")
+                     f"{c['budget']['source']}); a call runs the pieces with OpenMP, "
+                     f"pa.compile(g, target='cuda') compiles them for CUDA")
         for s in c["state"]:
             lines.append(f"  snapshot of {s['name']}  {s['type']} = {s['bytes']} bytes")
         lines.append(f"  one snapshot: {c['snapshot_bytes']} bytes")
