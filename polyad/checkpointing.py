@@ -44,7 +44,7 @@ import numpy as np
 from . import ad, ir
 from .ad import checkpoint as ck
 from .api import Kernel
-from .errors import MemoryBudgetError, PolyadError
+from .errors import MemoryBudgetError
 from .runtime import budget
 from .testing import bind_args
 
