@@ -5,6 +5,7 @@
     python benchmarks/memory.py --quick          # smaller sizes, 1 repeat
     python benchmarks/memory.py --only cholesky rnn --repeats 5
     python benchmarks/memory.py --table checkpointed   # the checkpointed rows alone
+    python benchmarks/memory.py --table packing        # packed vs boxed triangular tapes
 
 For cholesky, lu, floyd-warshall, seidel-2d, an explicit nonlinear diffusion
 and a recurrent cell (``tests/tape_kernels.py``), ``pa.grad`` of a scalar cost
@@ -31,6 +32,12 @@ A second table runs gradients whose tapes exceed a small budget, so that polyad
 checkpoints their loop (``polyad.checkpointing``; the diffusion at N = 1000,
 T = 500 under 256 MB): the snapshots and recomputed steps the binomial schedule
 chose, the bytes of one snapshot, extra RSS and grad/fwd measured as above.
+
+A third table (``--table packing``, not part of ``both``) compares tapes over
+triangular loops stored packed (``polyad/ad/layout.py``) with the same
+gradient's tapes in their bounding box (``packed_tapes=False``): bytes, and
+gradient time with the two compiled gradients called alternately in one
+process (one thread), medians.
 """
 
 from __future__ import annotations
@@ -65,6 +72,9 @@ QUICK = {
     "cholesky": [(200, 0)], "lu": [(200, 0)], "floyd-warshall": [(100, 0)],
     "seidel-2d": [(200, 20)], "diffusion": [(100, 20)], "rnn": [(64, 100)],
 }
+#: name -> sizes of the packing rows (full run, --quick)
+PACKING = {"cholesky": [1500], "lu": [1000], "triangles": [400]}
+PACKING_QUICK = {"cholesky": [300], "lu": [300], "triangles": [100]}
 #: name -> (size, steps, budget) of the checkpointed rows (full run, --quick)
 CHECKPOINTED = {"diffusion": [(1000, 500, "256MB")]}
 CHECKPOINTED_QUICK = {"diffusion": [(100, 20, "1.5MB")]}
@@ -179,8 +189,9 @@ def main(argv=None) -> int:
     ap.add_argument("--only", nargs="*")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--memory", default="3GB", help="the gradient's memory budget")
-    ap.add_argument("--table", choices=("both", "taped", "checkpointed"), default="both",
-                    help="print only the first table (taped) or the second (checkpointed)")
+    ap.add_argument("--table", choices=("both", "taped", "checkpointed", "packing"),
+                    default="both", help="print only the first table (taped), the second "
+                                         "(checkpointed), or the packed-vs-boxed tapes")
     ap.add_argument("--child", nargs=6, help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.child:
@@ -190,6 +201,9 @@ def main(argv=None) -> int:
     from polyad.runtime.budget import parse_bytes
     table = QUICK if a.quick else SIZES
     repeats = 1 if a.quick else a.repeats
+    if a.table == "packing":
+        packing(PACKING_QUICK if a.quick else PACKING, a.only, max(repeats, 3))
+        return 0
     print(f"pa.grad memory and time, one OpenMP thread, median of {repeats}"
           + (f", budget {a.memory}" if a.table != "checkpointed" else ""))
     head = ("kernel", "size", "tapes now (formula)", "tapes now", "tapes before",
@@ -222,6 +236,47 @@ def main(argv=None) -> int:
     if a.table != "taped":
         checkpointed(CHECKPOINTED_QUICK if a.quick else CHECKPOINTED, a.only, repeats)
     return 0
+
+
+def packing(table: dict, only, repeats: int) -> None:
+    """The third table: triangular tapes packed vs in their bounding box (same gradient)."""
+    import numpy as np
+
+    import polyad as pa
+    from polyad import ad
+    from polyad.derivatives import DerivedKernel
+    from tape_kernels import KERNELS, make_args
+
+    print(f"tapes over triangular loops, packed vs boxed: one OpenMP thread, the two "
+          f"gradients called alternately, median of {repeats}")
+    print(" | ".join(("kernel", "size", "packed tapes", "boxed tapes", "grad s packed",
+                      "grad s boxed", "packed/boxed", "same gradient")))
+    for name, sizes in table.items():
+        if only and name not in only:
+            continue
+        kernel, wrt = KERNELS[name]
+        fns = {packed: pa.compile(DerivedKernel(
+            ad.grad_kernel(kernel.ir, wrt, packed_tapes=packed), "grad", kernel, wrt))
+            for packed in (True, False)}
+        for n in sizes:
+            args = make_args(name, n, np.random.default_rng(0))
+            times: dict = {True: [], False: []}
+            outs = {}
+            with pa.num_threads(1):
+                for _ in range(repeats):
+                    for packed, fn in fns.items():
+                        a = {k: np.copy(v) if isinstance(v, np.ndarray) else v
+                             for k, v in args.items()}
+                        t = time.perf_counter()
+                        outs[packed] = fn(**a)
+                        times[packed].append(time.perf_counter() - t)
+            same = all(np.array_equal(x, y) for x, y in zip(
+                *(o if isinstance(o, tuple) else (o,) for o in outs.values())))
+            t_packed, t_boxed = statistics.median(times[True]), statistics.median(times[False])
+            tape = {p: ad.tape_bytes(fn.kernel, {"N": n}) for p, fn in fns.items()}
+            print(" | ".join([name, f"N={n}", mib(tape[True]), mib(tape[False]),
+                              f"{t_packed:.3f}", f"{t_boxed:.3f}", f"{t_packed / t_boxed:.2f}",
+                              "yes" if same else "no"]), flush=True)
 
 
 def checkpointed(table: dict, only, repeats: int) -> None:

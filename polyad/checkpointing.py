@@ -22,7 +22,15 @@ driver's own arrays (working copies, cotangents), the largest vjp call's
 temporaries and a reserve of 1/64 of the budget (Python objects, allocator
 slack), divided by the bytes of one snapshot. ``pa.grad(..., checkpoint=n)``
 forces checkpointing with ``n`` snapshots (``True``: as many as the budget allows;
-``False``: never). Checkpointing runs on the OpenMP target only.
+``False``: never).
+
+Calling the derived kernel runs the pieces on the OpenMP target.
+``pa.compile(g, target="cuda")`` (or ``"cuda-sim"``) of a derived kernel with
+``checkpoint=`` set returns a ``CheckpointedFunction``: the same driver over
+the pieces compiled for that target. The driver's arrays and snapshots are
+host (numpy) arrays; each piece call copies what it reads to the device and
+what it writes back, so the device holds one piece's arrays and at most one
+step's tapes.
 """
 
 from __future__ import annotations
@@ -36,11 +44,11 @@ import numpy as np
 from . import ad, ir
 from .ad import checkpoint as ck
 from .api import Kernel
-from .errors import MemoryBudgetError, PolyadError
+from .errors import MemoryBudgetError
 from .runtime import budget
 from .callconv import bind_args
 
-__all__ = ["Checkpointer", "Plan", "checkpointer"]
+__all__ = ["CheckpointedFunction", "Checkpointer", "Plan", "checkpointer"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,8 +71,10 @@ class Plan:
 class Checkpointer:
     """The checkpointed version of one derived kernel (see the module docstring)."""
 
-    def __init__(self, derived):
+    def __init__(self, derived, target: str = "openmp"):
         self.derived = derived
+        #: the target the pieces are compiled for
+        self.target = target
         self.kind = derived.kind
         primal = derived.primal.ir
         self.primal = primal
@@ -86,8 +96,10 @@ class Checkpointer:
                 p.is_array and p.name in self.carried or p.name in self.scalar_wrt)]
             self._vjp_ir[piece.name] = (wrt, self._vjp(piece, wrt) if wrt else None)
         self._compiled: dict = {}
-        #: ``sanitize=`` of the pieces' compilations (tests build them with ASan)
+        #: ``sanitize=`` and ``deterministic=`` of the pieces' compilations (tests build
+        #: them with ASan)
         self.sanitize = None
+        self.deterministic = False
         #: the plan of the last call, and the forward steps it ran / steps it reversed
         self.last_plan: Optional[Plan] = None
         self.last_counts: dict = {}
@@ -103,7 +115,8 @@ class Checkpointer:
     def _fn(self, k: ir.Kernel):
         fn = self._compiled.get(k.name)
         if fn is None:
-            fn = self._compiled[k.name] = Kernel(ir_kernel=k).compile(sanitize=self.sanitize)
+            fn = self._compiled[k.name] = Kernel(ir_kernel=k).compile(
+                self.target, sanitize=self.sanitize, deterministic=self.deterministic)
             fn.memory_budget = self.derived.memory
         return fn
 
@@ -132,8 +145,9 @@ class Checkpointer:
     def _shape(self, at: ir.ArrayType, env: dict) -> tuple:
         return tuple(max(0, ir.eval_integer(e, env)) for e in at.shape)
 
-    def _nbytes(self, at: ir.ArrayType, env: dict) -> int:
-        return at.dtype.storage_bytes(int(np.prod(self._shape(at, env), dtype=np.int64)))
+    @staticmethod
+    def _nbytes(at: ir.ArrayType, env: dict) -> int:
+        return at.dtype.storage_bytes(ir.stored_elements(at, env))
 
     def plan(self, env: dict, memory=None, forced: Optional[int] = None) -> Plan:
         """The plan of a call with sizes and integer parameters ``env``."""
@@ -400,18 +414,45 @@ class Checkpointer:
         return b
 
 
-def checkpointer(derived) -> Optional[Checkpointer]:
-    """The checkpointed version of ``derived`` (made once), None when its primal has no
-    checkpointable loop (``checkpoint_refusal`` says why)."""
+def checkpointer(derived, target: str = "openmp") -> Optional[Checkpointer]:
+    """The checkpointed version of ``derived`` with pieces compiled for ``target`` (made
+    once per target), None when its primal has no checkpointable loop (``refusal`` says
+    why)."""
     cache = derived.__dict__
-    if "_checkpointer" not in cache:
+    key = "_checkpointer" if target == "openmp" else f"_checkpointer_{target}"
+    if key not in cache:
         try:
-            cache["_checkpointer"] = Checkpointer(derived)
+            cache[key] = Checkpointer(derived, target)
             cache["_checkpoint_refusal"] = None
         except ck.NotCheckpointable as exc:
-            cache["_checkpointer"] = None
+            cache[key] = None
             cache["_checkpoint_refusal"] = str(exc)
-    return cache["_checkpointer"]
+    return cache[key]
+
+
+class CheckpointedFunction:
+    """``pa.compile(g, target=...)`` of a derived kernel ``g`` with ``checkpoint=`` set, for
+    a target other than OpenMP: called like the compiled derived kernel (raw outputs:
+    ``g.package`` shapes them), it runs the checkpointing driver over the pieces compiled
+    for ``target``. ``source``: the pieces' generated code, one after the other."""
+
+    def __init__(self, derived, target: str, sanitize=None, deterministic: bool = False):
+        self.derived = derived
+        self.target = target
+        self.checkpointer = checkpointer(derived, target)
+        self.checkpointer.sanitize = sanitize
+        self.checkpointer.deterministic = deterministic
+
+    def __call__(self, *args, **kwargs):
+        forced = self.derived.checkpoint
+        return self.checkpointer(args, kwargs, None if forced is True else int(forced))
+
+    @property
+    def source(self) -> str:
+        cp = self.checkpointer
+        cp.compile_all()
+        return "\n".join(f"/* ---- checkpointed piece {name} ---- */\n{fn.source}"
+                         for name, fn in cp._compiled.items())
 
 
 def refusal(derived) -> str:
@@ -447,17 +488,7 @@ def needs_checkpointing(derived, args, kwargs) -> bool:
                 env[p.name] = bound[p.name]
         total = 0
         for t in k.temps:
-            n = 1
-            for e in t.type.shape:
-                n *= max(0, ir.eval_integer(e, env))
-            total += t.type.dtype.storage_bytes(n)
+            total += t.type.dtype.storage_bytes(ir.stored_elements(t.type, env))
         seen[key] = total > limit
     return seen[key]
 
-
-def refuse_target(target: str) -> None:
-    """Checkpointing is driven from Python over OpenMP kernels."""
-    if target != "openmp":
-        raise PolyadError(f"checkpointed gradients run on the OpenMP target only, not "
-                          f"{target!r}: compile without checkpoint= (the tapes must then fit "
-                          f"the memory budget) or use target='openmp'")

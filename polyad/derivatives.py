@@ -123,8 +123,18 @@ class DerivedKernel(Kernel):
         return self._package(fn(*args, **kwargs))
 
     def compile(self, target: str = "openmp", sanitize=None, deterministic: bool = False):
-        if self.checkpoint not in (None, False):
-            _checkpointing.refuse_target(target)
+        """The compiled derived kernel; for a CUDA target with ``checkpoint=`` set, the
+        checkpointing driver over the pieces compiled for it
+        (``polyad.checkpointing.CheckpointedFunction``)."""
+        if target != "openmp" and self.checkpoint not in (None, False) \
+                and self.kind in _CHECKPOINTED_KINDS:
+            if _checkpointing.checkpointer(self, target) is None:
+                raise NotDifferentiableError(
+                    f"{self.ir.name}: checkpoint={self.checkpoint!r} but "
+                    f"{_checkpointing.refusal(self)}", self.ir.filename or "<kernel>",
+                    self.ir.line, 0, "compile without checkpoint= (the tapes must then fit "
+                    "the memory budget)")
+            return _checkpointing.CheckpointedFunction(self, target, sanitize, deterministic)
         fn = super().compile(target, sanitize, deterministic)
         fn.memory_budget = self.memory
         return fn
@@ -254,7 +264,8 @@ def grad(k, wrt, mode: Optional[str] = None, memory=None, checkpoint=None) -> De
     loop's state at checkpoints and recomputes steps instead (binomial / revolve schedule,
     snapshots chosen from the budget; ``polyad.checkpointing``). ``checkpoint=True``
     always checkpoints, ``False`` never, ``n`` (an int) always, with ``n`` snapshots
-    besides the start. Checkpointing runs on the OpenMP target only.
+    besides the start. A call checkpoints over OpenMP pieces; ``pa.compile(g,
+    target="cuda")`` with ``checkpoint=`` set, over CUDA pieces.
     """
     if mode is None:
         names = ad.check_wrt(kernel_ir(k), wrt)

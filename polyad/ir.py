@@ -282,16 +282,52 @@ BOUNDARY_MODES = ("clamped", "circular", "mirror", "zero")
 
 
 @dataclass(frozen=True)
+class PackedLayout:
+    """Storage of an array whose elements in use form a nest with affine bounds (a
+    triangle, a trapezoid, a tetrahedron) instead of its bounding box: only elements
+    ``x`` with ``lower[d] <= x[d] < upper[d]`` (integer expressions of the sizes and of
+    ``LoopVar(names[k])`` for ``k < d``) are stored, row after row; element ``x`` lives
+    at ``offset`` (an integer expression of ``LoopVar(names[d])`` and the sizes, with
+    exact integer divisions ``/``) among ``count`` (of the sizes) elements. Tapes of
+    derived kernels only (``polyad.ad.layout``)."""
+
+    names: tuple[str, ...]
+    lower: tuple[Expr, ...]
+    upper: tuple[Expr, ...]
+    offset: Expr
+    count: Expr
+
+    def __repr__(self) -> str:
+        dims = []
+        for name, lo, hi in zip(self.names, self.lower, self.upper):
+            low = "" if isinstance(lo, Const) and lo.value == 0 else f"{expr_str(lo)} <= "
+            dims.append(f"{low}{name} < {expr_str(hi)}")
+        return ", ".join(dims)
+
+
+@dataclass(frozen=True)
 class ArrayType:
-    """``pa.f64[M, N]`` optionally with a boundary mode (``.clamped`` ...)."""
+    """``pa.f64[M, N]`` optionally with a boundary mode (``.clamped`` ...); ``layout``:
+    the packed storage of a tape whose elements form a triangle (None: the whole box)."""
 
     dtype: DType
     shape: tuple[Expr, ...]
     mode: Optional[str] = None
+    layout: Optional[PackedLayout] = None
 
     @property
     def ndim(self) -> int:
         return len(self.shape)
+
+    @property
+    def elements(self) -> Expr:
+        """The number of elements stored, an integer expression of the sizes."""
+        if self.layout is not None:
+            return self.layout.count
+        out: Expr = Const(1, i64)
+        for ext in self.shape:
+            out = ext if out == Const(1, i64) else Binary("*", out, ext, i64)
+        return out
 
     def _with_mode(self, mode: str) -> "ArrayType":
         return dataclasses.replace(self, mode=mode)
@@ -310,7 +346,8 @@ class ArrayType:
                             f"or none (accesses proved in bounds)")
 
     def __repr__(self) -> str:
-        dims = ", ".join(expr_str(s) for s in self.shape)
+        dims = repr(self.layout) if self.layout is not None else \
+            ", ".join(expr_str(s) for s in self.shape)
         return f"{self.dtype.name}[{dims}]" + (f".{self.mode}" if self.mode else "")
 
 
@@ -729,6 +766,21 @@ def walk_many(exprs) -> Iterator[Expr]:
     """All nodes of several expressions."""
     for e in exprs:
         yield from walk(e)
+
+
+def stored_elements(at: ArrayType, env: dict) -> Optional[int]:
+    """Elements an array of type ``at`` stores for the sizes ``env`` (negative extents
+    count as 0, as allocations take them); None when a size is missing."""
+    if at.layout is not None:
+        n = eval_integer(at.layout.count, env)
+        return None if n is None else max(0, n)
+    out = 1
+    for ext in at.shape:
+        n = eval_integer(ext, env)
+        if n is None:
+            return None
+        out *= max(0, n)
+    return out
 
 
 def eval_integer(e: Expr, env: dict) -> Optional[int]:

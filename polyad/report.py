@@ -133,10 +133,9 @@ def _param(p: ir.Param) -> dict:
 
 
 def _temp(t: ir.Temp) -> dict:
-    elements: ir.Expr = Const(1, ir.i64)
+    elements = t.type.elements
     size: ir.Expr = Const(t.type.dtype.bits // 8, ir.i64)
-    for ext in t.type.shape:
-        elements = Binary("*", elements, ext, ir.i64)
+    for ext in t.type.shape if t.type.layout is None else (elements,):
         size = Binary("*", size, ext, ir.i64)
     if t.type.dtype.packed:   # whole 4-byte words of 32 elements
         size = Binary("*", Const(t.type.dtype.np.itemsize, ir.i64),
@@ -510,7 +509,8 @@ def _text(d: dict) -> str:
         _section(lines, f"checkpoints (the loop over {c['loop']}, line {c['line']}: "
                         f"{c['statement']})")
         lines.append(f"  checkpointed {c['when']} ({budget.human(c['budget']['bytes'])}, "
-                     f"{c['budget']['source']}); OpenMP target only")
+                     f"{c['budget']['source']}); a call runs the pieces with OpenMP, "
+                     f"pa.compile(g, target='cuda') compiles them for CUDA")
         for s in c["state"]:
             lines.append(f"  snapshot of {s['name']}  {s['type']} = {s['bytes']} bytes")
         lines.append(f"  one snapshot: {c['snapshot_bytes']} bytes")

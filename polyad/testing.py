@@ -241,8 +241,8 @@ def interpret(kernel: ir.Kernel, args: Mapping[str, Any], sizes: Mapping[str, in
         if p.is_array and p.name not in arrays:
             shape = tuple(m.extent(e, {}) for e in p.type.shape)
             arrays[p.name] = np.zeros(shape, p.type.dtype.np)
-    for t in kernel.temps:
-        shape = tuple(m.extent(e, {}) for e in t.type.shape)
+    for t in kernel.temps:   # negative extents (a tape of an empty loop) allocate nothing
+        shape = tuple(max(0, m.extent(e, {})) for e in t.type.shape)
         arrays[t.name] = np.zeros(shape, t.type.dtype.np)
     m.types = {name: kernel.array_type(name) for name in arrays}
     m.run()

@@ -5,7 +5,7 @@
   ``test_boundary_modes``, ``test_kernel_calls``), by ``module.name``.
 - ``gradient_cases()``: every case of the AD corpus (``test_ad_corpus.CASES``)
   as ``value_and_grad`` of its kernel with its own arguments, plus the
-  float32 gradient kernel.
+  float32 gradient kernel and two gradients with packed (triangular) tapes.
 - ``random_arguments(kernel, rng, sizes)``: inputs for any kernel from its
   signature (arrays shaped by the sizes, scalars, int parameters).
 """
@@ -49,6 +49,10 @@ def gradient_cases() -> dict:
     out["f32_cost"] = (pa.grad(corpus.f32_cost, ["x", "w"]),
                        dict(x=rng.standard_normal(6).astype(np.float32),
                             w=rng.standard_normal(3).astype(np.float32)))
+    tapes = importlib.import_module("tape_kernels")
+    for name in ("cholesky", "triangles"):     # tapes stored packed (triangles)
+        kernel, wrt = tapes.KERNELS[name]
+        out[f"tape_kernels.{name}"] = (pa.grad(kernel, wrt), tapes.make_args(name, 6, rng))
     return out
 
 

@@ -1,6 +1,7 @@
 """In-place loop programs whose gradients need tapes (issue 19): factorizations,
-shortest paths, explicit time stepping, a recurrent cell. Used by
-tests/test_ad_recorded.py and benchmarks/memory.py.
+shortest paths, explicit time stepping, a recurrent cell, scalars updated in
+triangular loops (packed tapes). Used by tests/test_ad_recorded.py and
+benchmarks/memory.py.
 
 Each cost reads the in-place result through a weight array ``W`` (so every
 element of the result matters) and returns a scalar; ``make_args(name, n, rng,
@@ -115,9 +116,36 @@ def rnn_cost(x: pa.f64[T, N], Wh: pa.f64[N, N], h: pa.f64[N], W: pa.f64[N]) -> p
     return C
 
 
+@pa.kernel
+def triangles_cost(x: pa.f64[N], A: pa.f64[N, N], B: pa.f64[N, N]) -> pa.f64:
+    """Scalars updated nonlinearly in triangular loops: their tapes are a lower triangle
+    ``j < i``, an upper one ``i < j < N`` and a tetrahedron ``k < j < i``; the branch
+    flags of a ``max`` updating ``B`` in place below its diagonal (all packed)."""
+    C = 0.0
+    for i in range(N):
+        for j in range(i):
+            B[i, j] = pa.max(B[i, j], x[j] * B[j, i])
+            C += B[i, j] * B[i, j]
+    for i in range(N):
+        s = x[i]
+        for j in range(i):
+            s = s * pa.cos(A[i, j] * s)
+        t = x[i]
+        for j in range(i + 1, N):
+            t = pa.sin(t + A[i, j] * t)
+        for j in range(i):
+            u = A[j, i]
+            for k in range(j):
+                u = u * pa.cos(x[k] * u)
+            C += u
+        C += s * t
+    return C
+
+
 KERNELS = {"cholesky": (cholesky_cost, "A"), "lu": (lu_cost, "A"),
            "floyd-warshall": (floyd_warshall_cost, "P"), "seidel-2d": (seidel_2d_cost, "A"),
-           "diffusion": (diffusion_cost, "A"), "rnn": (rnn_cost, ["x", "Wh", "h"])}
+           "diffusion": (diffusion_cost, "A"), "rnn": (rnn_cost, ["x", "Wh", "h"]),
+           "triangles": (triangles_cost, ["x", "A"])}
 
 
 def make_args(name: str, n: int, rng, steps: int = 3) -> dict:
@@ -132,8 +160,12 @@ def make_args(name: str, n: int, rng, steps: int = 3) -> dict:
         return dict(P=rng.uniform(1.0, 2.0, (n, n)), W=W)
     if name in ("seidel-2d", "diffusion"):
         return dict(A=rng.standard_normal((n, n)), W=W, steps=steps)
+    if name == "triangles":
+        return dict(x=rng.standard_normal(n), A=0.5 * rng.standard_normal((n, n)),
+                    B=rng.standard_normal((n, n)))
     if name == "rnn":
         return dict(x=rng.standard_normal((steps, n)),
                     Wh=rng.standard_normal((n, n)) / max(n, 1) ** 0.5,
                     h=rng.standard_normal(n), W=rng.standard_normal(n))
     raise KeyError(name)
+

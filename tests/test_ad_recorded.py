@@ -8,13 +8,19 @@ overwritten before the reverse sweep reads them.
   overwritten and its tape holds the branch each ``min`` took, one bit each,
   packed 32 to a word: gradients at flag counts that fill no whole word, at 1
   and 2 threads, and on cuda-sim);
+* tapes over triangular loops packed: the cholesky and lu division tapes hold
+  the triangle below the diagonal (half the box), a lower and an upper triangle
+  and a tetrahedron of scalar tapes store each element at its own place
+  (offsets a bijection onto the elements), through one named offset function
+  in the generated C, on cuda-sim too;
 * gradients equal to central finite differences (float64) and to the
-  untrimmed derivation (``exact_tapes=False``: the structural checks alone) at
-  sizes 1-6, and on the whole AD corpus;
+  untrimmed derivation (``exact_tapes=False``: the structural checks alone, boxed
+  tapes) at sizes 1-6, and on the whole AD corpus at its own arguments and at
+  sizes 1-6;
 * Hessian-vector products over the trimmed tapes against differences of
-  gradients;
-* four trimmed gradients built with AddressSanitizer (tapes indexed by fewer
-  dimensions, shared slices and branch flags stay in bounds);
+  gradients, and over budget (their tapes and the tapes' tangents named);
+* five trimmed gradients built with AddressSanitizer (tapes indexed by fewer
+  dimensions, shared slices, branch flags and packed triangles stay in bounds);
 * the memory budget: ``pa.explain`` lists each tape with its formula, a call
   over budget raises ``MemoryBudgetError`` naming tapes, statements, options.
 """
@@ -31,7 +37,8 @@ import pytest
 
 import polyad as pa
 from ad_helpers import assert_close, fd_grad, run, run_reference, scalar_fn
-from polyad import ad
+from cuda_corpus import random_arguments
+from polyad import ad, ir
 from polyad.ad.reverse import recorded_reads
 from polyad.derivatives import DerivedKernel
 from tape_kernels import KERNELS, make_args
@@ -61,6 +68,10 @@ def points(s: isl.Set, n: int) -> int:
 
 def copied(args: dict) -> dict:
     return {k: np.copy(v) if isinstance(v, np.ndarray) else v for k, v in args.items()}
+
+
+def as_tuple(x):
+    return x if isinstance(x, tuple) else (x,)
 
 
 def by_statement(records):
@@ -96,7 +107,7 @@ def test_cholesky_records_o_n2_values():
         assert recorded == n * (n - 1) // 2 + n      # below the diagonal, and the diagonal
     assert all(len(t.type.shape) <= 2 for t in tapes(cholesky, wrt))
     gk = ad.grad_kernel(cholesky.ir, wrt)
-    assert ad.tape_bytes(gk, {"N": 1500}) <= 8 * (1500 * 1500 + 1500)
+    assert ad.tape_bytes(gk, {"N": 1500}) == 8 * (1500 * 1499 // 2 + 1500)    # packed
     # the untrimmed derivation asks for the (N, N-1, N-2) tapes of the issue
     assert ad.tape_bytes(ad.grad_kernel(cholesky.ir, wrt, exact_tapes=False),
                          {"N": 1500}) > 25 * 2 ** 30
@@ -186,6 +197,97 @@ def test_floyd_warshall_flags_packed_one_bit_each():
     assert "#pragma omp atomic\n    words[i >> 5] |= 1u << (i & 31);" in source
 
 
+# ---------------------------------------------------------------------------
+# packed triangles
+# ---------------------------------------------------------------------------
+
+def offset_at(layout: ir.PackedLayout, point: dict, sizes: dict) -> int:
+    """``layout.offset`` at ``point`` (its exact divisions as Python's //)."""
+    def fn(x):
+        if isinstance(x, ir.Binary) and x.op == "/":
+            return ir.Binary("//", x.a, x.b, x.dtype)
+        return None
+    return ir.eval_integer(ir.map_expr(layout.offset, fn), {**point, **sizes})
+
+
+def nest_points(layout: ir.PackedLayout, sizes: dict, prefix=()):
+    """The elements a packed layout stores, in lexicographic order."""
+    d = len(prefix)
+    if d == len(layout.names):
+        yield prefix
+        return
+    env = {**sizes, **dict(zip(layout.names, prefix))}
+    for x in range(ir.eval_integer(layout.lower[d], env), ir.eval_integer(layout.upper[d], env)):
+        yield from nest_points(layout, sizes, prefix + (x,))
+
+
+TRIANGLE_TAPES = {"s": ("f64[i < N, j < i]", lambda n: n * (n - 1) // 2),
+                  "t": ("f64[i < N, i <= j < N - 1]", lambda n: n * (n - 1) // 2),
+                  "u": ("f64[i < N, j < i, k < j]", lambda n: n * (n - 1) * (n - 2) // 6),
+                  "which": ("bit[i < N, j < i]", lambda n: n * (n - 1) // 2)}
+
+
+def test_triangular_tapes_are_packed():
+    """Tapes over triangular loops store the triangle (tetrahedron) row after row: element
+    ``x`` at the number of elements before it, every element at its own place."""
+    triangles, wrt = KERNELS["triangles"]
+    packed = {t.holds.split()[0]: t for t in tapes(triangles, wrt)}
+    assert sorted(packed) == ["s", "t", "u", "which"]
+    boxed = {t.holds.split()[0]: t for t in tapes(triangles, wrt, exact=False)}
+    for var, (text, count) in TRIANGLE_TAPES.items():
+        at = packed[var].type
+        assert repr(at) == text
+        if var in boxed:       # the untrimmed derivation tapes the values in boxes
+            assert at.shape == boxed[var].type.shape and boxed[var].type.layout is None
+        for n in range(0, 9):
+            sizes = {"N": n}
+            assert ir.stored_elements(at, sizes) == count(n)
+            assert ad.tape_report(ad.grad_kernel(triangles.ir, wrt), sizes)[
+                [t.name for t in tapes(triangles, wrt)].index(packed[var].name)]["bytes"] == \
+                at.dtype.storage_bytes(count(n))        # bits: whole words of 32
+            offsets = [offset_at(at.layout, dict(zip(at.layout.names, p)), sizes)
+                       for p in nest_points(at.layout, sizes)]
+            assert offsets == list(range(count(n))), (var, n)
+    # packed_tapes=False (benchmarks/memory.py --table packing): the same tapes, boxed
+    unpacked = ad.tape_arrays(ad.grad_kernel(triangles.ir, wrt, packed_tapes=False))
+    assert [(t.name, t.type.shape) for t in unpacked] == [
+        (t.name, t.type.shape) for t in tapes(triangles, wrt)]
+    assert all(t.type.layout is None for t in unpacked)
+    # lu and cholesky: the division's operand below the diagonal, half the box
+    for name in ("lu", "cholesky"):
+        kernel, of = KERNELS[name]
+        (tape,) = [t for t in tapes(kernel, of) if t.holds.startswith("A_work per element")]
+        assert repr(tape.type) == "f64[i < N, j < i]"
+        assert ad.tape_report(ad.grad_kernel(kernel.ir, of), {"N": 1500})[-1]["bytes"] == \
+            8 * 1500 * 1499 // 2
+    # the generated C reads them through one named offset function per tape
+    source = pa.compile(pa.grad(triangles, wrt)).source
+    s, u = packed["s"].name, packed["u"].name
+    assert f"static inline int64_t {s}_at(int64_t i, int64_t j) " \
+        "{ return (i * i - i) / 2 + j; }" in source
+    assert f"{s}[{s}_at(i, j)] = s;" in source
+    assert f"/* {u} stores only its elements i < N, j < i, k < j, row after row */" in source
+    assert f"pa_bit_set({packed['which'].name}, {packed['which'].name}_at(i, " in source
+
+
+def test_packed_tapes_on_cuda_sim():
+    for name in ("cholesky", "triangles"):
+        kernel, wrt = KERNELS[name]
+        g = pa.grad(kernel, wrt)
+        sim = pa.compile(g, target="cuda-sim")
+        assert "__host__ __device__" in sim.source.split("_at(int64_t i, int64_t j")[0] \
+            .splitlines()[-1]
+        reference = DerivedKernel(ad.grad_kernel(kernel.ir, wrt, exact_tapes=False), "grad",
+                                  kernel, wrt)
+        rng = np.random.default_rng(3)
+        for n in (1, 4, 7):
+            args = make_args(name, n, rng)
+            got = g.package(sim(**copied(args)))
+            ref = run(reference, **copied(args))
+            for a, b in zip(as_tuple(got), as_tuple(ref)):
+                assert_close(a, b, 1e-12, 1e-13, what=f"{name} cuda-sim n={n} vs untrimmed")
+
+
 def shortcut_distances(n: int, rng) -> dict:
     """Floyd-warshall inputs where many ``min`` take the path through ``k`` and many do
     not (``make_args``'s distances in [1, 2) never shortcut: every flag would be 1)."""
@@ -256,7 +358,7 @@ def test_trimmed_gradient_vs_fd_and_untrimmed(name):
                              what=f"{name} n={n}: d/d{w} vs finite differences")
 
 
-@pytest.mark.parametrize("name", ["cholesky", "floyd-warshall", "rnn"])
+@pytest.mark.parametrize("name", ["cholesky", "floyd-warshall", "rnn", "triangles"])
 def test_hessian_vector_products_over_trimmed_tapes(name):
     kernel, wrt = KERNELS[name]
     wrt = [wrt] if isinstance(wrt, str) else list(wrt)
@@ -301,6 +403,50 @@ def test_corpus_trimmed_equals_untrimmed():
     assert smaller >= 1     # the analysis removes tapes somewhere in the corpus
 
 
+def corpus_case(name: str):
+    """``(kernel, wrt list, untrimmed value_and_grad)`` of AD corpus case ``name``."""
+    c = CASES[name]
+    kernel, _ = c["make"](np.random.default_rng(0))
+    wrt = [c["wrt"]] if isinstance(c["wrt"], str) else list(c["wrt"])
+    return kernel, wrt, untrimmed(kernel, wrt)
+
+
+def corpus_arguments(name: str, kernel, n: int, rng):
+    """Random arguments of corpus case ``name`` with every size ``n`` (at most 3 for kernels
+    of more than three sizes: the interpreter runs them); None where the primal itself
+    rejects them (a kernel reading ``x[1]`` needs ``N >= 2``)."""
+    k = kernel.ir
+    fixed = CASES[name]["sizes"]
+    sizes = {s: fixed.get(s, n if len(k.sizes) <= 3 else min(n, 3)) for s in k.sizes}
+    args = {**random_arguments(kernel, rng, sizes), **fixed}
+    try:
+        run_reference(kernel, **copied(args))
+    except (IndexError, pa.PolyadError):
+        return None
+    return args
+
+
+def test_corpus_trimmed_equals_untrimmed_at_sizes_1_to_6():
+    """Every AD corpus case at sizes 1-6 (random arguments): the trimmed derivation (exact
+    recorded sets, packed tapes) equals the untrimmed one, both interpreted."""
+    for name in sorted(CASES):
+        kernel, wrt, reference = corpus_case(name)
+        trimmed = pa.value_and_grad(kernel, wrt)
+        rng = np.random.default_rng(zlib.crc32(name.encode()))
+        ran = 0
+        for n in range(1, 7):
+            args = corpus_arguments(name, kernel, n, rng)
+            if args is None:
+                continue
+            value, grads = run_reference(trimmed, **copied(args))
+            ref_value, ref_grads = run_reference(reference, **copied(args))
+            assert value == pytest.approx(ref_value, rel=1e-13, abs=1e-13, nan_ok=True), name
+            for w, g, rg in zip(wrt, as_tuple(grads), as_tuple(ref_grads)):
+                assert_close(g, rg, 1e-12, 1e-13, what=f"{name} n={n}: d/d{w}")
+            ran += 1
+        assert ran >= 4, name
+
+
 # ---------------------------------------------------------------------------
 # AddressSanitizer
 # ---------------------------------------------------------------------------
@@ -314,7 +460,7 @@ ASAN_SCRIPT = textwrap.dedent('''
     from tape_kernels import KERNELS, make_args
 
     rng = np.random.default_rng(5)
-    for name in ("cholesky", "rnn", "floyd-warshall", "diffusion"):
+    for name in ("cholesky", "rnn", "floyd-warshall", "diffusion", "triangles"):
         kernel, wrt = KERNELS[name]
         g = pa.grad(kernel, wrt)
         c = pa.compile(g, sanitize="address")
@@ -350,11 +496,30 @@ def test_over_budget_call_names_tapes_formulas_and_options():
     msg = str(err.value)
     assert isinstance(err.value, pa.PolyadError) and isinstance(err.value, MemoryError)
     assert "N=120" in msg and "memory='200KB'" in msg and "POLYAD_MEMORY_BUDGET" in msg
-    assert "f64[N, N] = 8 * N * N bytes" in msg
+    assert "f64[i < N, j < i] = 8 * ((N * N - N) // 2) bytes" in msg
     assert "read by: A[i, j] /= A[j, j] (line " in msg
     # within budget the same gradient runs and matches the unbudgeted one
     ok = pa.grad(cholesky, wrt, memory="2MB")(**copied(args))
     np.testing.assert_array_equal(ok, pa.grad(cholesky, wrt)(**copied(args)))
+
+
+def test_hessian_vector_product_over_budget_names_tapes_and_tangents():
+    """``pa.hvp`` derives from the trimmed, packed gradient: its tapes and their tangents
+    are checked against ``memory=`` before anything is allocated."""
+    cholesky, wrt = KERNELS["cholesky"]
+    args = make_args("cholesky", 120, np.random.default_rng(0))
+    direction = np.random.default_rng(1).standard_normal((120, 120))
+    h = pa.hvp(cholesky, wrt, memory="300KB")
+    with pytest.raises(pa.MemoryBudgetError) as err:
+        h(**copied(args), A_dot=direction)
+    msg = str(err.value)
+    assert "cholesky_cost_hvp_A() would allocate" in msg and "memory='300KB'" in msg
+    assert "tape tape_A_work f64[i < N, j < i] = 8 * ((N * N - N) // 2) bytes = 55.8 KiB: " \
+        "A_work per element; A_work[i, j] read by: A[i, j] /= A[j, j] (line " in msg
+    assert "tape tape_A_work_dot f64[i < N, j < i] = 8 * ((N * N - N) // 2) bytes = 55.8 KiB: " \
+        "the tangent of tape_A_work" in msg
+    within = pa.hvp(cholesky, wrt, memory="1MB")(**copied(args), A_dot=direction)
+    np.testing.assert_array_equal(within, pa.hvp(cholesky, wrt)(**copied(args), A_dot=direction))
 
 
 def test_budget_from_environment(monkeypatch):
@@ -389,11 +554,11 @@ def test_explain_lists_tapes_with_formulas():
     cholesky, wrt = KERNELS["cholesky"]
     text = pa.explain(pa.grad(cholesky, wrt, memory="3GB"))
     tapes_section = text.split("\ntapes (")[1].split("\n\n")[0]
-    assert "f64[N, N] = 8 * N * N bytes: A_work per element; A_work[i, j] read by: " \
-        "A[i, j] /= A[j, j]" in tapes_section
+    assert "f64[i < N, j < i] = 8 * ((N * N - N) // 2) bytes: A_work per element; " \
+        "A_work[i, j] read by: A[i, j] /= A[j, j]" in tapes_section
     assert "f64[N] = 8 * N bytes: A_work[i, i] read by: A[i, i] = pa.sqrt(A[i, i])" \
         in tapes_section
-    assert "total: 8 * N + 8 * N * N bytes" in tapes_section
+    assert "total: 8 * N + 8 * ((N * N - N) // 2) bytes" in tapes_section
     assert "(memory='3GB')" in tapes_section
     assert "-=" not in tapes_section          # the updates read final values: no tape
 

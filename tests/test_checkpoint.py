@@ -10,10 +10,13 @@ snapshots of their state instead of full tapes.
   in-place cholesky factorization, at sizes 1-6 and step counts 0, 1 and steps
   not divisible by anything the schedule chooses; the plan (snapshots,
   recomputed steps) asserted against the steps the driver ran;
+* every checkpointable case of the AD corpus, checkpointed, equal to the untrimmed
+  derivation at sizes 1-6;
 * ``pa.vjp`` and ``pa.value_and_grad`` through the same path;
 * automatic when the tapes exceed the budget (``memory=``, ``POLYAD_MEMORY_BUDGET``),
   ``MemoryBudgetError`` when even checkpointing cannot fit, the checkpoints in
-  ``pa.explain``, the CUDA target refused;
+  ``pa.explain``; the same driver over pieces compiled for CUDA (the CPU
+  simulator);
 * one checkpointed gradient with its pieces built under AddressSanitizer.
 """
 
@@ -27,7 +30,7 @@ import numpy as np
 import pytest
 
 import polyad as pa
-from ad_helpers import assert_close, fd_grad, scalar_fn
+from ad_helpers import assert_close, fd_grad, run_reference, scalar_fn
 from polyad import ad, checkpointing, ir
 from polyad.ad import checkpoint as ck
 from tape_kernels import KERNELS, make_args
@@ -180,6 +183,37 @@ def test_checkpointed_gradient_equals_taped_and_fd(name):
                                  what=f"{name} n={n}: d/d{w} vs finite differences")
 
 
+def test_corpus_checkpointed_equals_untrimmed_at_sizes_1_to_6():
+    """Every AD corpus case whose kernel has a loop to checkpoint, checkpointed with one
+    snapshot (stores, restores and recomputed steps at every size above 2) and with as many
+    as the budget allows, equals the untrimmed derivation at sizes 1-6."""
+    from test_ad_corpus import CASES
+    from test_ad_recorded import corpus_arguments, corpus_case
+    checkpointed = []
+    for name in sorted(CASES):
+        kernel, wrt, reference = corpus_case(name)
+        if checkpointing.checkpointer(pa.value_and_grad(kernel, wrt, checkpoint=True)) is None:
+            continue
+        checkpointed.append(name)
+        rng = np.random.default_rng(11)
+        for n in range(1, 7):
+            args = corpus_arguments(name, kernel, n, rng)
+            if args is None:
+                continue
+            ref_value, ref_grads = run_reference(reference, **copied(args))
+            for snapshots in (1, True):
+                g = pa.value_and_grad(kernel, wrt, checkpoint=snapshots)
+                value, grads = g(**copied(args))
+                assert value == pytest.approx(ref_value, rel=1e-12, abs=1e-13), name
+                for w, a, b in zip(wrt, as_tuple(grads), as_tuple(ref_grads)):
+                    assert_close(a, b, 1e-12, 1e-13,
+                                 what=f"{name} n={n} checkpoint={snapshots}: d/d{w}")
+    # the kernels whose outer loop carries arrays only (the rest carry a scalar sum)
+    assert {"deconv_wrt_image_and_filter", "inplace_carried_prefix", "inplace_update_array",
+            "matrix_factorization_matmul_temp", "mlp_2layer",
+            "temp_inplace_relu_and_mul_assign"} <= set(checkpointed)
+
+
 def test_checkpointed_vjp_equals_taped():
     kernel, wrt = KERNELS["diffusion"]
     rng = np.random.default_rng(3)
@@ -262,10 +296,44 @@ def test_explain_lists_checkpoints_and_plan():
     assert "\ncheckpoints (" not in pa.explain(pa.grad(carried_scalar, "x"))
 
 
-def test_cuda_target_refused_for_checkpointed_gradients():
+@pytest.mark.parametrize("name", ["diffusion", "cholesky", "rnn"])
+def test_checkpointed_gradients_on_cuda_sim(name):
+    """``pa.compile(g, target="cuda-sim")`` of a gradient with ``checkpoint=`` set: the same
+    driver over CUDA pieces (run by the CPU simulator) gives the taped gradient."""
+    kernel, wrt = KERNELS[name]
+    wrt = [wrt] if isinstance(wrt, str) else list(wrt)
+    g = pa.value_and_grad(kernel, wrt, checkpoint=2)
+    sim = pa.compile(g, target="cuda-sim")
+    assert isinstance(sim, checkpointing.CheckpointedFunction)
+    taped = pa.value_and_grad(kernel, wrt, checkpoint=False)
+    rng = np.random.default_rng(8)
+    for n in (1, 3, 6):
+        args = make_args(name, n, rng, steps=STEPS[n - 1])
+        value, grads = g.package(sim(**copied(args)))
+        ref_value, ref_grads = taped(**copied(args))
+        assert value == pytest.approx(ref_value, rel=1e-12, abs=1e-13)
+        for w, a, b in zip(wrt, as_tuple(grads), as_tuple(ref_grads)):
+            assert_close(a, b, 1e-12, 1e-13, what=f"{name} n={n} cuda-sim: d/d{w}")
+        plan = sim.checkpointer.last_plan
+        assert plan.snapshots == min(2, plan.steps - 1)
+        assert sim.checkpointer.last_counts["reversed"] == plan.steps
+    # every piece is a CUDA kernel; the OpenMP driver's pieces are separate
+    assert sim.source.count("/* ---- checkpointed piece ") >= 4
+    assert "__global__" in sim.source
+    assert checkpointing.checkpointer(g) is not sim.checkpointer
+
+
+def test_checkpointed_vjp_on_cuda_sim_and_refusal():
     kernel, wrt = KERNELS["diffusion"]
-    with pytest.raises(pa.PolyadError, match="OpenMP target only"):
-        pa.grad(kernel, wrt, checkpoint=True).compile("cuda")
+    rng = np.random.default_rng(9)
+    args = make_args("diffusion", 5, rng, steps=4)
+    bars = dict(A_bar=rng.standard_normal((5, 5)), result_bar=0.3)
+    v = pa.vjp(kernel, wrt, checkpoint=1)
+    got = pa.compile(v, target="cuda-sim")(**copied(args), **bars)
+    ref = pa.vjp(kernel, wrt, checkpoint=False)(**copied(args), **bars)
+    assert_close(got, ref, 1e-12, 1e-13, what="diffusion vjp on cuda-sim")
+    with pytest.raises(pa.NotDifferentiableError, match="carry values into or out of"):
+        pa.compile(pa.grad(carried_scalar, "x", checkpoint=True), target="cuda-sim")
 
 
 def test_bad_checkpoint_option():

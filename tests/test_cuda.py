@@ -88,6 +88,27 @@ def test_nvcc_compiles_the_corpora(simulated, tmp_path, batch):
     assert "warning" not in proc.stderr, proc.stderr[-4000:]
 
 
+def test_nvcc_compiles_checkpointed_pieces(tmp_path):
+    """The pieces a checkpointed gradient runs on CUDA (the segment and after kernels, the
+    vjps of the step and after; cholesky has nothing before its loop) as nvcc compiles
+    them."""
+    from polyad.checkpointing import CheckpointedFunction
+    from tape_kernels import KERNELS
+    kernel, wrt = KERNELS["cholesky"]
+    fn = pa.compile(pa.grad(kernel, wrt, checkpoint=True), target="cuda-sim")
+    assert isinstance(fn, CheckpointedFunction)
+    fn.checkpointer.compile_all()
+    items = sorted(fn.checkpointer._compiled.items())
+    assert len(items) == 4
+    src = tmp_path / "pieces.cu"
+    src.write_text(_translation_unit(items))
+    cmd = [nvcc(), *[f for f in NVCC_FLAGS if f != "-shared"], f"-arch={DEFAULT_ARCH}",
+           f"-I{CUDA_INCLUDE}", "-c", str(src), "-o", str(tmp_path / "pieces.o")]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "warning" not in proc.stderr, proc.stderr[-4000:]
+
+
 def test_nvcc_builds_a_loadable_library():
     k = pa.compile(tv_cost, target="cuda")
     assert k.library.exists() and k.library.suffix == ".so"

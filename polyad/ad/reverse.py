@@ -204,10 +204,12 @@ def _item_target(it: Item) -> str:
 
 
 class _Reverse:
-    def __init__(self, k: ir.Kernel, wrt, mode: str, exact_tapes: bool = True):
+    def __init__(self, k: ir.Kernel, wrt, mode: str, exact_tapes: bool = True,
+                 packed_tapes: bool = True):
         self.k = k
         self.mode = mode
         self.exact_tapes = exact_tapes
+        self.packed_tapes = packed_tapes
         self.wrt = check_wrt(k, wrt)
         if mode in ("grad", "value_and_grad") and k.result is None:
             raise _err(k, f"{k.name}() returns no scalar: pa.grad needs a scalar-valued kernel",
@@ -559,7 +561,7 @@ class _Reverse:
         k = self.k
         self.tmp_scalars: dict[str, ir.DType] = {}
         self.resolver = R = Resolver(self.root, self.leaves, set(self.locals), self.arrays,
-                                     self.names, self.recorded_sets())
+                                     self.names, self.recorded_sets(), self.packed_tapes)
         self.live_after = _primal_liveness(self.root, self.roots)
         self.adj_items = {}
         for lf in reversed(self.leaves):
@@ -768,9 +770,12 @@ def vjp_kernel(k: ir.Kernel, wrt, exact_tapes: bool = True) -> ir.Kernel:
     return _build(_Reverse(k, wrt, "vjp", exact_tapes))
 
 
-def grad_kernel(k: ir.Kernel, wrt, exact_tapes: bool = True) -> ir.Kernel:
-    """The gradient of the scalar ``k`` returns: inputs -> ``d_<wrt>``."""
-    return _build(_Reverse(k, wrt, "grad", exact_tapes))
+def grad_kernel(k: ir.Kernel, wrt, exact_tapes: bool = True,
+                packed_tapes: bool = True) -> ir.Kernel:
+    """The gradient of the scalar ``k`` returns: inputs -> ``d_<wrt>``. ``packed_tapes=
+    False``: tapes over triangular loops take their bounding box (``polyad.ad.layout``;
+    what ``benchmarks/memory.py --table packing`` compares the packed tapes with)."""
+    return _build(_Reverse(k, wrt, "grad", exact_tapes, packed_tapes))
 
 
 def value_and_grad_kernel(k: ir.Kernel, wrt, exact_tapes: bool = True) -> ir.Kernel:

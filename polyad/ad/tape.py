@@ -25,7 +25,11 @@ value an adjoint needs, ``Resolver`` picks one of (DESIGN §4):
     it is read, right before that point - at the outermost loop level where
     the value is still constant (a scalar that only changes in the outer loop
     is taped once per outer iteration). The tape extents are the bounding
-    box of the loop nest, affine in the sizes (``tape_bytes`` reports them).
+    box of the loop nest, affine in the sizes (``tape_bytes`` reports them);
+    where an inner loop's bounds depend on an outer one (``for j in
+    range(i)``) the tape stores only the nest, packed row after row
+    (``polyad.ad.layout``: a triangle takes half its box, a tetrahedron a
+    sixth).
 
 The checks above are structural on the loop tree (conservative: when in
 doubt, tape). An array read they would tape is then asked of the exact
@@ -57,6 +61,7 @@ from .. import ir
 from ..ir import Binary, Expr, Load, LoopVar, ScalarRef
 from ..looptree import Item, Leaf, Node, item_of, loops_of, tree_items
 from . import exprs as X
+from .layout import packed_layout
 from .recorded import RecordedSets, analysable_error_types, exact_recorded
 
 DIRECT = ("direct",)
@@ -116,7 +121,7 @@ class Resolver:
     """Decides how the reverse sweep obtains each primal value (see module doc)."""
 
     def __init__(self, root: Node, leaves: list[Leaf], local_names: set, array_types: dict,
-                 names, exact: Optional[RecordedSets] = None):
+                 names, exact: Optional[RecordedSets] = None, packed: bool = True):
         self.root = root
         self.leaves = leaves
         self.local_names = set(local_names)       # primal scalar locals
@@ -135,6 +140,7 @@ class Resolver:
         self.init_scalars: dict[str, ir.DType] = {}
         self._memo: dict = {}
         self.exact = exact                        # the ISL analysis, None: structural only
+        self.packed = packed                      # triangular tapes packed (with ``exact``)
         self.records: list[dict] = []             # one per array read the adjoint needs
         self._final: dict = {}
         self.shared: dict = {}                    # (array, loop path, depth) -> tape, reads
@@ -359,7 +365,8 @@ class Resolver:
     # tapes
     # ------------------------------------------------------------------
     def _bbox(self, path: tuple):
-        """Per enclosing loop of the node at ``path``: (index expr, extent expr)."""
+        """Per enclosing loop of the node at ``path``: (index expr, extent expr, first
+        index: what the index subtracts from the loop variable)."""
         env: dict[str, tuple[Expr, Expr]] = {}
         out = []
         for lp in loops_of(self.root, path):
@@ -370,8 +377,26 @@ class Resolver:
                 lo = X.iadd(self.bounds(lp.hi, env)[0], X.ic(1))
                 hi = self.bounds(lp.lo, env)[1]
             env[lp.var] = (lo, hi)
-            out.append((X.isub(LoopVar(lp.var), lo), X.iadd(X.isub(hi, lo), X.ic(1))))
+            out.append((X.isub(LoopVar(lp.var), lo), X.iadd(X.isub(hi, lo), X.ic(1)), lo))
         return out
+
+    def _layout(self, loops, box) -> Optional[ir.PackedLayout]:
+        """The packed layout of a tape indexed by ``loops`` shifted by ``box`` (its
+        ``_bbox`` entries) when they nest as a triangle (``polyad.ad.layout``); None for
+        the bounding box. Off with the structural checks alone (the untrimmed reference
+        keeps boxes) and when asked (``packed=False``)."""
+        if self.exact is None or not self.packed or not loops:
+            return None
+        dims = []
+        for lp, (_, extent, first) in zip(loops, box):
+            if lp.step == 1:
+                lo, hi = lp.lo, lp.hi
+            elif lp.step == -1:
+                lo, hi = X.iadd(lp.hi, X.ic(1)), X.iadd(lp.lo, X.ic(1))
+            else:
+                return None
+            dims.append((lp.var, first, lo, hi, extent))
+        return packed_layout(dims)
 
     def bounds(self, e: Expr, env) -> tuple[Expr, Expr]:
         """Inclusive lower and upper bounds of the integer expression ``e`` over ``env``."""
@@ -403,14 +428,18 @@ class Resolver:
         over the bounding box of the loops around it but those at positions ``drop``
         (``zero``: zero-filled before the kernel runs); ``holds``: its content, for
         reports."""
-        box = [b for d, b in enumerate(self._bbox(path)) if d not in set(drop)]
+        bbox = self._bbox(path)
+        kept = [d for d in range(len(bbox)) if d not in set(drop)]
+        box = [bbox[d] for d in kept]
         name = self.names.fresh(f"{TAPE_PREFIX}{base}")
         if not box:
             self.tape_scalars.append((name, dtype))
             return ScalarRef(name, dtype)
-        at = ir.ArrayType(dtype, tuple(ext for _, ext in box))
+        loops = loops_of(self.root, path)
+        at = ir.ArrayType(dtype, tuple(ext for _, ext, _ in box),
+                          layout=self._layout([loops[d] for d in kept], box))
         self.tape_arrays.append(ir.Temp(name, at, zero, "tape", holds))
-        return Load(name, tuple(ix for ix, _ in box), dtype)
+        return Load(name, tuple(ix for ix, _, _ in box), dtype)
 
     # Tape stores run under the affine conditions of the point they tape, never under a
     # guard: the adjoint evaluates the guard on primal values - possibly the taped one -
@@ -462,17 +491,30 @@ class Resolver:
                 f" and iteration of {', '.join(outer)}" if outer else "") + "; " + "; ".join(
                 f"{', '.join(reads)} read by: {src} (line {line})"
                 for (src, line), reads in by_stmt.items())
+            tape_type = ir.ArrayType(ld.dtype, tuple(ext for _, ext, _ in box) + tuple(at.shape),
+                                     layout=self._shared_layout(members, box, at))
             if name is None:
                 name = self.names.fresh(f"{TAPE_PREFIX}{ld.array}")
-                self.tape_arrays.append(ir.Temp(name, ir.ArrayType(
-                    ld.dtype, tuple(ext for _, ext in box) + tuple(at.shape)), False, "tape",
-                    holds))
+                self.tape_arrays.append(ir.Temp(name, tape_type, False, "tape", holds))
             else:
                 k = next(j for j, t in enumerate(self.tape_arrays) if t.name == name)
-                self.tape_arrays[k] = dataclasses.replace(self.tape_arrays[k], holds=holds)
+                self.tape_arrays[k] = dataclasses.replace(self.tape_arrays[k], type=tape_type,
+                                                          holds=holds)
             self.shared[key] = (name, members)
-            return Load(name, tuple(ix for ix, _ in box) + tuple(ld.index), ld.dtype)
+            return Load(name, tuple(ix for ix, _, _ in box) + tuple(ld.index), ld.dtype)
         return None
+
+    def _shared_layout(self, members, box, at: ir.ArrayType) -> Optional[ir.PackedLayout]:
+        """The packed layout of a shared tape (outer loops ``box``, then the element) when
+        every read is of the element its own loops run over (``A[i, j]`` inside ``for i:
+        for j in range(i)``: the elements stored are the triangle of the loops)."""
+        loops = loops_of(self.root, members[0][0].path)
+        inner = loops[len(box):]
+        if any(loops_of(self.root, lf.path) != loops
+               or r.index != tuple(LoopVar(lp.var) for lp in inner) for lf, r in members):
+            return None
+        element = [(LoopVar(lp.var), ext, X.ic(0)) for lp, ext in zip(inner, at.shape)]
+        return self._layout(loops, list(box) + element)
 
     def droppable(self, ld: Load, leaf: Leaf) -> list[int]:
         """Loop dimensions (positions) a tape of ``ld`` read by ``leaf`` need not index."""
@@ -540,9 +582,9 @@ def tape_report(k: ir.Kernel, sizes=None) -> list[dict]:
     for t in tape_arrays(k):
         nbytes = None
         if sizes is not None:
-            n = 1
-            for ext in t.type.shape:
-                n *= max(0, _eval_int(ext, sizes))
+            n = ir.stored_elements(t.type, sizes)
+            if n is None:
+                _eval_int(t.type.elements, sizes)     # raises, naming the size missing
             nbytes = t.type.dtype.storage_bytes(n)
         out.append({"name": t.name, "type": repr(t.type), "what": t.holds, "bytes": nbytes})
     return out

@@ -25,23 +25,8 @@ from ..ir import Load
 from ..schedule.merge import MergedUpdate, merge_updates
 from ..schedule.simplify import simplify_run
 from ..version import __version__ as POLYAD_VERSION
-from .cexpr import AST_HELPERS, C99, CPrinter, Dialect, ast_expr_c, ast_expr_ir
+from .cexpr import AST_HELPERS, C99, CPrinter, Dialect, ast_expr_c, ast_expr_ir, cname
 
-C_RESERVED = set("""
-auto break case char const continue default do double else enum extern float for goto if
-inline int long register restrict return short signed sizeof static struct switch typedef
-union unsigned void volatile while _Bool _Complex main errno int8_t int16_t int32_t int64_t
-uint8_t uint16_t uint32_t uint64_t size_t NAN INFINITY
-abs labs llabs div exp exp2 expm1 log log2 log10 log1p sin cos tan sinh cosh tanh asin acos atan
-atan2 asinh acosh atanh sqrt cbrt pow fabs floor ceil round trunc fmod remainder fmin fmax fma
-erf erfc tgamma lgamma gamma j0 j1 jn y0 y1 yn nan rint lrint frexp ldexp modf hypot isnan isinf
-signbit copysign nextafter scalbn ilogb logb expf logf sinf cosf sqrtf powf fabsf floorf
-""".split())
-
-
-def cname(name: str) -> str:
-    """The C identifier for a DSL name (suffixed when it would clash with C or libm)."""
-    return name + "_" if name in C_RESERVED or name.startswith("pa_") else name
 
 
 @dataclass(frozen=True)

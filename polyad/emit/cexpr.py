@@ -110,6 +110,23 @@ def c_literal(value, dtype: ir.DType) -> str:
     return str(v)
 
 
+C_RESERVED = set("""
+auto break case char const continue default do double else enum extern float for goto if
+inline int long register restrict return short signed sizeof static struct switch typedef
+union unsigned void volatile while _Bool _Complex main errno int8_t int16_t int32_t int64_t
+uint8_t uint16_t uint32_t uint64_t size_t NAN INFINITY
+abs labs llabs div exp exp2 expm1 log log2 log10 log1p sin cos tan sinh cosh tanh asin acos atan
+atan2 asinh acosh atanh sqrt cbrt pow fabs floor ceil round trunc fmod remainder fmin fmax fma
+erf erfc tgamma lgamma gamma j0 j1 jn y0 y1 yn nan rint lrint frexp ldexp modf hypot isnan isinf
+signbit copysign nextafter scalbn ilogb logb expf logf sinf cosf sqrtf powf fabsf floorf
+""".split())
+
+
+def cname(name: str) -> str:
+    """The C identifier for a DSL name (suffixed when it would clash with C or libm)."""
+    return name + "_" if name in C_RESERVED or name.startswith("pa_") else name
+
+
 class CPrinter:
     """Prints IR expressions as C99 for one kernel.
 
@@ -136,14 +153,37 @@ class CPrinter:
         return {"ffloordiv": "pa_floordiv", "fmod": "pa_mod", "ipow": "pa_pow"}.get(kind, "pa_" + kind) + "_" + n
 
     def index(self, ld: Load, env: Mapping[str, str]) -> str:
-        """Row-major flat offset of ``ld`` (``(i0 * E1 + i1) * E2 + i2``), folded."""
-        shape = self.kernel.array_type(ld.array).shape
+        """Row-major flat offset of ``ld`` (``(i0 * E1 + i1) * E2 + i2``), folded; for a
+        packed layout (a triangle) the call of its offset function."""
+        at = self.kernel.array_type(ld.array)
+        if at.layout is not None:
+            fn, sizes = self.offset_helper(ld.array, at.layout)
+            args = [self.expr(ir.fold_integer_constants(ix), env) for ix in ld.index]
+            return f"{fn}({', '.join(args + [self.expr(s, env) for s in sizes])})"
+        shape = at.shape
         out = None
         for ix, ext in zip(ld.index, shape):
             out = ix if out is None else Binary("+", Binary("*", out, ext, ir.i64), ix, ir.i64)
         if out is None:
             return "0"
         return self.expr(ir.fold_integer_constants(out), env)
+
+    def offset_helper(self, array: str, layout: ir.PackedLayout) -> tuple[str, list]:
+        """The C function ``<array>_at(indices..., sizes...)`` giving the position of an
+        element of an array stored with a packed ``layout`` (recorded in ``helpers``),
+        and the sizes (IR) it takes after the indices."""
+        name = cname(self.array_names.get(array, array)) + "_at"
+        sizes = sorted({x for x in ir.walk(layout.offset) if isinstance(x, (SizeVar, ScalarRef))},
+                       key=lambda x: x.name)
+        if name not in self.helpers:
+            names = {n: cname(n) for n in list(layout.names) + [s.name for s in sizes]}
+            params = ", ".join(f"int64_t {names[n]}" for n in
+                               list(layout.names) + [s.name for s in sizes])
+            self.helpers[name] = (
+                f"/* {array} stores only its elements {layout!r}, row after row */\n"
+                f"{self.dialect.function_qualifier} int64_t {name}({params}) "
+                f"{{ return {self.expr(layout.offset, names)}; }}")
+        return name, sizes
 
     def load(self, ld: Load, env) -> str:
         name = self.array_names.get(ld.array, ld.array)

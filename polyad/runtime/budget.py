@@ -72,9 +72,13 @@ def human(n: float) -> str:
 
 def size_formula(t: ir.Temp) -> str:
     """``8 * N * (N - 1)``: bytes of temporary ``t`` as a formula of the sizes
-    (``N * N * N / 8`` for a packed ``bit`` array, rounded up to whole 4-byte words)."""
-    extents = [f"({ir.expr_str(e)})" if any(c in ir.expr_str(e) for c in "+-")
-               else ir.expr_str(e) for e in t.type.shape]
+    (``N * N * N / 8`` for a packed ``bit`` array, rounded up to whole 4-byte words;
+    ``8 * ((N * N - N) // 2)`` for a triangle stored packed)."""
+    if t.type.layout is not None:
+        extents = [f"({ir.expr_str(t.type.layout.count)})"]
+    else:
+        extents = [f"({ir.expr_str(e)})" if any(c in ir.expr_str(e) for c in "+-")
+                   else ir.expr_str(e) for e in t.type.shape]
     if t.type.dtype.packed:
         return " * ".join(extents or ["1"]) + " / 8"
     return " * ".join([str(t.type.dtype.bits // 8)] + extents)

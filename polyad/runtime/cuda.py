@@ -281,9 +281,7 @@ class CudaKernel(KernelFunction):
     def _launch(self, arrays, scalars, sizes, ints, outs):
         k, rt, ffi = self.kernel, self.runtime, self._ffi
         owned: list[int] = []  # device buffers this call allocated
-        temp_bytes = [t.type.dtype.storage_bytes(
-                          int(np.prod([max(0, ir.eval_integer(e, {**sizes, **ints}))
-                                       for e in t.type.shape], dtype=np.int64)))
+        temp_bytes = [t.type.dtype.storage_bytes(ir.stored_elements(t.type, {**sizes, **ints}))
                       for t in k.temps]
         if k.temps:   # device memory is scarcer still: the same budget, before any alloc
             budget.check(k, temp_bytes, {**sizes, **ints}, self.memory_budget)

@@ -82,8 +82,10 @@ def _compile_shape(shape: tuple, slot: dict, clamp: bool = False) -> Callable[[l
 
 def _storage_shape(at: ir.ArrayType, slot: dict) -> Callable[[list], tuple]:
     """The shape of the numpy buffer holding an array of type ``at``, as a function of the
-    value list: the array's own shape, or for a packed dtype its words in one dimension."""
-    shape = _compile_shape(at.shape, slot, clamp=True)
+    value list: the array's own shape, its element count for a packed layout (a
+    triangle), or for a packed dtype its words in one dimension."""
+    shape = _compile_shape(at.shape if at.layout is None else (at.layout.count,), slot,
+                           clamp=True)
     if not at.dtype.packed:
         return shape
     words = at.dtype.storage_elements
