@@ -370,8 +370,10 @@ def schedule_kernel(kernel: ir.Kernel,
             if all(r.message != w.message for w in written_requirements)]
     scalars = frozenset(n for n, _ in split.locals)
     with clock.stage("dependences", n):
-        # Scalars are private or reductions; which one only their flow decides.
-        deps = dependences(model, flow_only=scalars)
+        # Scalars are private or reductions; which one only their flow decides. The loop
+        # test asks of an array only whether a loop carries its dependences, on which
+        # memory-based ones agree for accumulators (poly.accumulator_arrays).
+        deps = dependences(model, flow_only=scalars, memory_based_accumulators=True)
     with clock.stage("ast", n):
         chosen = _candidate(_program_order_schedule(model), split, model, deps)
     origin = "program order"
@@ -384,11 +386,14 @@ def schedule_kernel(kernel: ir.Kernel,
         with clock.stage("isl scheduler", n):
             # The scheduler may reorder anything: it needs every dependence, scalars' too.
             # The arrays' are those above (on a clamped stencil's adjoint they are most of
-            # the analysis time); only the scalars' anti and output ones are missing.
-            false_scalar = dependences(model, variables=scalars)
+            # the analysis time); only the scalars' anti and output ones are missing, and
+            # the value-based ones of accumulators (memory-based ones are as valid, but
+            # ISL's proximity objective could choose another schedule with them).
+            extra = dependences(model, variables=scalars | deps.memory_based,
+                                flow_only=frozenset())
             isl_schedule = _isl_schedule(model, Dependences(
-                deps.flow, {**deps.anti, **false_scalar.anti},
-                {**deps.output, **false_scalar.output}))
+                {**deps.flow, **extra.flow}, {**deps.anti, **extra.anti},
+                {**deps.output, **extra.output}))
         if isl_schedule is None:
             origin = "program order (the ISL scheduler gave up within its operation quota)"
         elif parallel < looped:
