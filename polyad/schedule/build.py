@@ -253,8 +253,12 @@ class _LoopAnalysis:
         reasons = []
         any_carried = False
         for var in sorted(set(self.deps.flow) | set(self.deps.anti) | set(self.deps.output)):
+            # An accumulator's memory-based flow dependences are some of its output ones
+            # (every reader writes the element it reads) and its anti ones are empty: a
+            # loop carries one of them iff it carries an output dependence.
+            kinds = ("output",) if var in self.deps.memory_based else ("flow", "anti", "output")
             carried = {kind: self.carried(kind, var, stmts, sched, ldom, depth)
-                       for kind in ("flow", "anti", "output") if var in getattr(self.deps, kind)}
+                       for kind in kinds if var in getattr(self.deps, kind)}
             written = any(self.by_name[s].target_name == var for s in stmts)
             if not any(carried.values()) and not (written and var in self.locals):
                 continue
