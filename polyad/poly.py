@@ -11,7 +11,9 @@
   raising ``BoundsError`` with an offending iteration for unchecked arrays and
   collecting the size conditions that circular/mirror pieces need.
 - ``dependences(model)`` computes flow, anti and output dependences per array
-  (and per scalar) with ``UnionAccessInfo.compute_flow``.
+  (and per scalar) with ``UnionAccessInfo.compute_flow``: value-based, or
+  memory-based for ``+=`` accumulators where the caller asks (the scheduler's
+  loop test, for which both agree; see ``accumulator_arrays``).
 - ``tile_footprint(kernel, axes, ...)`` measures, along each size an array is
   cut along, how many cells past its own elements a tile must see (the
   transitive dataflow from the results it owns), for ``polyad.dask``.
@@ -672,8 +674,10 @@ def accumulator_arrays(kernel: ir.Kernel) -> frozenset:
     holds since value-based dependences are memory-based ones. No loop holds
     an ``=`` write of ``V`` next to an update in program order, so the loop
     test sees only updates, which all reduce by ``+``: which kinds are carried
-    is never reported (a scatter is), and memory-based anti dependences
-    without output ones are empty (every read instance writes its element).
+    is never reported (a scatter is; only a loop of ISL's scheduler that fuses
+    the zeroing with the updates reports them, as output dependences), and
+    memory-based anti dependences without output ones are empty (every read
+    instance writes its element).
     """
     scalars = {n for n, _ in kernel.locals}
     statements: dict[str, list[Statement]] = {}
