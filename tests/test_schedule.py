@@ -447,6 +447,31 @@ def test_accumulator_arrays_are_the_arrays_only_updates_touch_in_loops():
     assert grad.deps.memory_based == {"d_w"}
 
 
+@pytest.mark.parametrize("kernel", [pair_histogram, pa.grad(clamped_energy, wrt=["u", "w"])],
+                         ids=lambda k: k.ir.name)
+def test_statements_of_one_domain_at_adjacent_positions_are_one_ast_statement(kernel):
+    """The program order's AST is built with adjacent statements of equal domains as one
+    statement (cheaper to separate over pieces); the facts and the C are those of the
+    AST built statement by statement."""
+    import dataclasses
+
+    from polyad.schedule.build import _adjacent_equal_domains, _candidate
+    from polyad.target import get_target
+
+    art = compile_kernel(kernel.ir, Options())
+    sk = art.scheduled
+    groups = set(_adjacent_equal_domains(sk.model).values())
+    assert groups and all("+" in g for g in groups)  # S1+S2; S6_4+S7_4, ... (d_u's pieces)
+    apart = _candidate(sk.schedule, sk.kernel, sk.model, sk.deps)
+    assert _facts(apart.loops) == _facts(sk.loops)
+    target = get_target("openmp")
+    unrolled = dataclasses.replace(sk, ast=apart.ast, loops=apart.loops)
+    assert target.emit(target.plan(unrolled, Options())) == art.source
+    ast_text = pa.explain(kernel)
+    assert not any(g in ast_text for g in groups)  # explain lists each statement
+    assert all(f"{n}(" in ast_text for g in groups for n in g.split("+"))
+
+
 def test_update_merging_pass_states_its_legality():
     """``schedule.merge``: consecutive updates of one element merge unless a guard, a read of
     the target or an atomic update sits among them."""

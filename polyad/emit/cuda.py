@@ -34,6 +34,7 @@ import islpy as isl
 from .. import ir
 from ..ir import Load
 from .c_openmp import POLYAD_VERSION, _Emitter, _flat_block, _used_scalars, cname, signature
+from ..schedule.nests import STATEMENT_GROUP
 from .cexpr import Dialect
 
 # Threads assumed along a grid dimension whose extent the host cannot compute
@@ -106,7 +107,8 @@ class _CudaEmitter(_Emitter):
 
         def visit(n):
             if n.get_type() == isl.ast_node_type.user:
-                out.append(n.user_get_expr().get_op_arg(0).get_id().get_name())
+                name = n.user_get_expr().get_op_arg(0).get_id().get_name()
+                out.extend(name.split(STATEMENT_GROUP))
             for c in _children(n):
                 visit(c)
         for n in nodes:

@@ -59,3 +59,17 @@ def loop_vars_along(st, call: isl.AstExpr, iterator: str) -> list:
     (``c1``, ``N - c1``, ``c0 + c1``)."""
     return [st.loop_vars[k - 1] for k in range(1, call.get_op_n_arg())
             if ast_expr_uses(call.get_op_arg(k), iterator)]
+
+
+# The name of an AST statement that runs several statements one after the other at
+# each of its points (``schedule.build`` groups adjacent statements of equal domains
+# for AST generation): their names joined by this character, which no DSL name holds.
+STATEMENT_GROUP = "+"
+
+
+def user_statements(node: isl.AstNode, by_name: dict) -> list:
+    """The statements (from ``by_name``) an AST user node runs, in order, with its call
+    expression: ``([st], call)``, or several for a group of statements."""
+    call = node.user_get_expr()
+    names = call.get_op_arg(0).get_id().get_name().split(STATEMENT_GROUP)
+    return [by_name[name] for name in names], call
