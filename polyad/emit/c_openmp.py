@@ -275,13 +275,14 @@ class _Emitter:
 
     def user_statements(self, node, iters) -> list[ir.Statement]:
         """The statements an AST user node runs, its arguments substituted."""
-        statements, call = user_statements(node, self.by_name)
+        pairs = user_statements(node, self.by_name)
+        call = pairs[0][1]
         args = [ast_expr_ir(call.get_op_arg(k), iters) for k in range(1, call.get_op_n_arg())]
         if self.shift is not None:
             it, lane = self.shift
             at = {it: ir.Binary("+", ir.LoopVar(it), ir.LoopVar(lane), ir.i64)}
             args = [ir.substitute(a, at) for a in args]
-        return [self.substituted(st, args) for st in statements]
+        return [self.substituted(st, args) for st, _ in pairs]
 
     def statements(self, run: list, indent: str, atomic: frozenset):
         """Print a run of consecutive statements of one block, as the merge pass groups them."""

@@ -8,6 +8,7 @@ is the target's plan (``polyad.target``).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -485,19 +486,31 @@ def _adjacent_equal_domains(model: PolyModel) -> dict[str, str]:
 
     Such statements sit in the same loops at adjacent positions (``S8_k`` at ``(.., 5, 0)``
     and ``S9_k`` at ``(.., 5, 1)``: the two updates of a clamped stencil's adjoint, piece
-    by piece) and have equal domains. Pieces of one statement share a position and have
-    disjoint domains, so at each point at most one of them runs, and whichever other
-    statements sit at the two positions run before or after both, as in program order.
-    AST generation separating loops over pieces costs with the number of statements
-    (a group is one), and the emitted code is the same: the group's statements in order.
+    by piece) and have equal domains, and the pieces at each of the two positions have
+    disjoint domains (not so the pieces of a gather, several of which add into a border
+    element at one point): at each point at most one statement of each position runs,
+    so the group runs them in program order. AST generation separating loops over
+    pieces costs with the number of statements (a group is one), and the emitted code is
+    the same: the group's statements in order.
     """
     at: dict[tuple, list] = {}
     for st in model.kernel.statements:
         at.setdefault(st.position, []).append(st)
+    disjoint: dict[tuple, bool] = {}
+
+    def pieces_disjoint(position: tuple) -> bool:
+        if position not in disjoint:
+            doms = [model.domain(st).set_tuple_name("P") for st in at[position]]
+            disjoint[position] = all(a.is_disjoint(b) for a, b in itertools.combinations(doms, 2))
+        return disjoint[position]
+
     group: dict[str, list] = {}  # first member's name -> members
     first: dict[str, str] = {}
     for position, here in sorted(at.items()):
-        before = at.get(position[:-1] + (position[-1] - 1,), [])
+        before_at = position[:-1] + (position[-1] - 1,)
+        before = at.get(before_at, [])
+        if not before or not pieces_disjoint(position) or not pieces_disjoint(before_at):
+            continue
         for st in here:
             prev = [b for b in before if b.loops == st.loops and model.domain(b).is_equal(
                 model.domain(st).set_tuple_name(b.name))]

@@ -101,8 +101,7 @@ def strided_inner_accesses(ast: isl.AstNode, kernel: ir.Kernel) -> int:
         if t == isl.ast_node_type.for_:
             iterator = node.for_get_iterator().get_id().get_name()
         if t == isl.ast_node_type.user:
-            statements, call = user_statements(node, by_name)
-            for st in statements:
+            for st, call in user_statements(node, by_name):
                 if iterator is None or len(st.loops) != deepest:
                     continue
                 uses = loop_vars_along(st, call, iterator)

@@ -68,8 +68,9 @@ STATEMENT_GROUP = "+"
 
 
 def user_statements(node: isl.AstNode, by_name: dict) -> list:
-    """The statements (from ``by_name``) an AST user node runs, in order, with its call
-    expression: ``([st], call)``, or several for a group of statements."""
+    """``(statement, call)`` for each statement (from ``by_name``) an AST user node runs,
+    in order: one, or the statements of a group, which share the node's call expression
+    (its arguments are the values of their loop variables)."""
     call = node.user_get_expr()
     names = call.get_op_arg(0).get_id().get_name().split(STATEMENT_GROUP)
-    return [by_name[name] for name in names], call
+    return [(by_name[name], call) for name in names]

@@ -229,8 +229,7 @@ class OpenMPPlan:
                 vector = node.for_get_iterator().get_id().get_name() \
                     if lp.simd or lp.lane_sums else None
             if node.get_type() == isl.ast_node_type.user:
-                statements, call = user_statements(node, by_name)
-                for st in statements:
+                for st, call in user_statements(node, by_name):
                     if len(st.loops) == deepest and in_loop:
                         looped.add(st.name)
                         work = 2 if threads and not thin else 1 if threads or (
@@ -401,9 +400,7 @@ class _Planner:
         if not users or any(u.get_type() != isl.ast_node_type.user for u in users):
             return None
         dtypes = set()
-        for st, call in [(st, call) for u in users
-                         for statements, call in [user_statements(u, self.by_name)]
-                         for st in statements]:
+        for st, call in [pair for u in users for pair in user_statements(u, self.by_name)]:
             var = loop_vars_along(st, call, it)
             if (len(var) != 1 or st.op not in ("+=", "-=") or st.guard is not None
                     or not isinstance(st.target, ir.Load) or st.target.array not in targets
@@ -520,8 +517,7 @@ class _Planner:
 
     def _collect_loop_vars(self, node, it, out: set):
         if node.get_type() == isl.ast_node_type.user:
-            statements, call = user_statements(node, self.by_name)
-            for st in statements:
+            for st, call in user_statements(node, self.by_name):
                 for k in range(1, call.get_op_n_arg()):
                     a = call.get_op_arg(k)
                     if a.get_type() == isl.ast_expr_type.id and a.get_id().get_name() == it:
