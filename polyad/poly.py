@@ -11,7 +11,9 @@
   raising ``BoundsError`` with an offending iteration for unchecked arrays and
   collecting the size conditions that circular/mirror pieces need.
 - ``dependences(model)`` computes flow, anti and output dependences per array
-  (and per scalar) with ``UnionAccessInfo.compute_flow``.
+  (and per scalar) with ``UnionAccessInfo.compute_flow``: value-based, or
+  memory-based for ``+=`` accumulators where the caller asks (the scheduler's
+  loop test, for which both agree; see ``accumulator_arrays``).
 - ``tile_footprint(kernel, axes, ...)`` measures, along each size an array is
   cut along, how many cells past its own elements a tile must see (the
   transitive dataflow from the results it owns), for ``polyad.dask``.
@@ -548,11 +550,15 @@ class Dependences:
 
     ``anti`` holds the read-to-write dependences that are not also output
     dependences, so ``anti | output`` is every false dependence.
+    ``memory_based``: the variables whose dependences are memory-based (every
+    earlier access of the same element, not only the last one; see
+    ``dependences``), the others' are value-based.
     """
 
     flow: dict[str, isl.UnionMap] = field(default_factory=dict)
     anti: dict[str, isl.UnionMap] = field(default_factory=dict)
     output: dict[str, isl.UnionMap] = field(default_factory=dict)
+    memory_based: frozenset = frozenset()
 
     def all(self, space) -> isl.UnionMap:
         out = isl.UnionMap.empty(space)
@@ -581,12 +587,26 @@ def _ordered_pairs(sources: isl.UnionMap, sinks: isl.UnionMap,
 
 
 def dependences(model: PolyModel, variables: Optional[set] = None,
-                 flow_only: frozenset = frozenset()) -> Dependences:
+                 flow_only: frozenset = frozenset(),
+                 memory_based_accumulators: bool = False) -> Dependences:
     """Dependences of the kernel in program order.
 
     ``variables`` limits the analysis to those arrays/scalars; for the ones in
     ``flow_only`` only flow dependences are computed (dependence analysis is
     the expensive part of compilation, so passes ask only for what they use).
+
+    ``memory_based_accumulators``: for the arrays ``accumulator_arrays`` names,
+    give memory-based dependences (every earlier write of the same element, no
+    kills) instead of value-based ones (the last write only). Value-based
+    analysis of a clamped stencil's adjoint scatter ``d_u[i + a - 1, ...] +=``
+    (27 pieces whose accesses differ) costs tens of seconds; the memory-based
+    pairs, one ``compute_flow`` without must-sources, under a second. The
+    caller must need no more than what both answers agree on: a loop carries a
+    dependence of such an array under one iff it does under the other (the
+    argument is in ``accumulator_arrays``), which is all the loop test asks of
+    an array; both are valid constraints for a scheduler (ISL's proximity
+    objective may still pick a different schedule, so ``schedule_kernel``
+    gives the ISL scheduler value-based ones).
     """
     reads, must, may = model.accesses()
     tree = model.schedule_tree()
@@ -603,12 +623,20 @@ def dependences(model: PolyModel, variables: Optional[set] = None,
     group_tree = model.schedule_tree(group_names) \
         if len(set(group_names.values())) < len(group_names) else None
     scalars = {n for n, _ in model.kernel.locals}
-    deps = Dependences()
+    memory_based = accumulator_arrays(model.kernel) if memory_based_accumulators else frozenset()
+    deps = Dependences(memory_based=frozenset(v for v in memory_based if v in may_by and (
+        variables is None or v in variables)))
     space = model.context.get_space()
     for var in may_by:
         if variables is not None and var not in variables:
             continue
         per_piece = [m.get(var, isl.UnionMap.empty(space)) for m in (r_by, must_by, may_by)]
+        if var in deps.memory_based:
+            output = _memory_based_output(per_piece[2], tree)
+            deps.output[var] = output
+            deps.flow[var] = output.intersect_range(per_piece[0].domain()).coalesce()
+            deps.anti[var] = isl.UnionMap.empty(space)
+            continue
         accesses, var_tree = per_piece, tree
         if group_tree is not None:
             grouped = [m.apply_domain(to_group).coalesce() for m in per_piece]
@@ -623,6 +651,61 @@ def dependences(model: PolyModel, variables: Optional[set] = None,
                 umap = umap.apply_domain(to_piece).apply_range(to_piece)
             kind[var] = umap.coalesce()
     return deps
+
+
+def accumulator_arrays(kernel: ir.Kernel) -> frozenset:
+    """The arrays of ``kernel`` that only ``+=``/``-=`` updates touch inside loops.
+
+    Every statement accessing such an array ``V`` either updates it with
+    ``+=``/``-=`` and reads ``V`` nowhere else (value, indices, guard), or
+    writes it with ``=`` without reading it, sharing no loop with any other
+    statement accessing ``V`` (the zero-initialization of an adjoint).
+
+    For these arrays memory-based and value-based dependences agree on which
+    loops carry a dependence, for any schedule that respects either. Take
+    instances ``x`` before ``y`` touching one element in the same execution of
+    a loop, in different iterations of it (a memory-based dependence the loop
+    carries). Every instance executed between them runs inside that loop
+    execution, and every read of ``V`` is an update that also writes the
+    element. The writes of the element from ``x`` up to the last one before
+    ``y`` form a chain of value-based output dependences (each the last write
+    before the next), ending in a flow or output dependence into ``y``; some
+    link of the chain crosses from one iteration to a later one. The converse
+    holds since value-based dependences are memory-based ones. No loop holds
+    an ``=`` write of ``V`` next to an update in program order, so the loop
+    test sees only updates, which all reduce by ``+``: which kinds are carried
+    is never reported (a scatter is; only a loop of ISL's scheduler that fuses
+    the zeroing with the updates reports them, as output dependences), and
+    memory-based anti dependences without output ones are empty (every read
+    instance writes its element).
+    """
+    scalars = {n for n, _ in kernel.locals}
+    statements: dict[str, list[Statement]] = {}
+    for st in kernel.statements:
+        names = {st.target_name} | {x.array for e in st.exprs() for x in ir.walk(e)
+                                     if isinstance(x, Load)}
+        for name in names - scalars:
+            statements.setdefault(name, []).append(st)
+    out = []
+    for name, users in statements.items():
+        if any(st.reads_variable(name) for st in users):
+            continue
+        updates = [st for st in users if st.op in ("+=", "-=")]
+        inits = [st for st in users if st.op == "="]
+        if len(updates) + len(inits) != len(users) or not updates:
+            continue
+        if all(not st.loops or not other.loops or st.position[0] != other.position[0]
+               for st in inits for other in users if other is not st):
+            out.append(name)
+    return frozenset(out)
+
+
+def _memory_based_output(writes: isl.UnionMap, tree: isl.Schedule) -> isl.UnionMap:
+    """``{ earlier write -> later write of the same element }`` under the schedule ``tree``:
+    ``compute_flow`` with may-sources only kills nothing."""
+    tree = tree.intersect_domain(writes.domain())
+    ai = isl.UnionAccessInfo.from_sink(writes).set_may_source(writes).set_schedule(tree)
+    return ai.compute_flow().get_may_dependence().coalesce()
 
 
 def _one_relation_per_statement(umap: isl.UnionMap) -> bool:

@@ -36,6 +36,7 @@ from .pipeline import Artifact, Options, artifact_of
 from .poly import PolyModel, boundary_access_map, maps_of
 from .runtime import budget
 from .schedule import ScheduledKernel
+from .schedule.nests import STATEMENT_GROUP
 
 FORMATS = ("text", "json", "dot")
 DEPENDENCE_KINDS = (("flow", "read after write"), ("anti", "write after read"),
@@ -362,7 +363,8 @@ class _Outline:
         elif t == T.user:
             call = node.user_get_expr()
             args = [ast_expr_c(call.get_op_arg(k), names) for k in range(1, call.get_op_n_arg())]
-            self.out(depth, f"{call.get_op_arg(0).get_id().get_name()}({', '.join(args)})")
+            for name in call.get_op_arg(0).get_id().get_name().split(STATEMENT_GROUP):
+                self.out(depth, f"{name}({', '.join(args)})")
 
     def for_loop(self, node: isl.AstNode, depth: int, names: dict) -> None:
         lp = self.plan.loop(node)

@@ -377,6 +377,118 @@ def test_pieces_record_their_lineage():
     assert all(name not in names for name in sk.gather_decisions)
 
 
+T = pa.sizes("T")
+
+
+@pa.kernel
+def repeated_scatter(x: pa.f64[T, N], h: pa.Out(pa.f64[N].clamped)):
+    for i in range(N):
+        h[i] = 0.0
+    for t in range(T):
+        for i in range(N):
+            h[i - 1] += x[t, i]
+            h[i + 1] += 2.0 * x[t, i]
+
+
+@pa.kernel
+def clamped_energy(u: pa.f64[M, N].clamped, w: pa.f64[3, 3]) -> pa.f64:
+    E = 0.0
+    for m in range(M):
+        for n in range(N):
+            s = 0.0
+            for a in range(3):
+                for b in range(3):
+                    s += w[a, b] * u[m + a - 1, n + b - 1]
+            E += s * s
+    return E
+
+
+def _facts(loops):
+    return {key: (f.statements, f.parallel, f.carried, f.why_not_parallel, f.reductions,
+                  f.private, f.scatters) for key, f in loops.items()}
+
+
+def _facts_with_value_based_dependences(kernel):
+    """The scheduled ``kernel``, checking that the loop test run on value-based dependences
+    of every array proves the facts it proved on the memory-based ones of accumulators."""
+    from polyad.poly import accumulator_arrays, dependences
+    from polyad.schedule.build import _candidate
+
+    sk = compile_kernel(kernel.ir, Options()).scheduled
+    scalars = frozenset(n for n, _ in sk.kernel.locals)
+    value = dependences(sk.model, flow_only=scalars)
+    assert not value.memory_based
+    assert sk.deps.memory_based == accumulator_arrays(sk.kernel) & set(value.output)
+    for var in sk.deps.memory_based:  # a superset of the value-based pairs
+        assert value.output[var].is_subset(sk.deps.output[var])
+        assert value.flow[var].is_subset(sk.deps.flow[var])
+    again = _candidate(sk.schedule, sk.kernel, sk.model, value)
+    assert _facts(again.loops) == _facts(sk.loops)
+    return sk
+
+
+@pytest.mark.parametrize("kernel", [
+    pair_histogram, filter_gradient, repeated_scatter, read_after_scatter,
+    pa.grad(clamped_energy, wrt=["u", "w"])], ids=lambda k: k.ir.name)
+def test_memory_based_accumulator_dependences_give_the_value_based_loop_facts(kernel):
+    _facts_with_value_based_dependences(kernel)
+
+
+def test_accumulator_arrays_are_the_arrays_only_updates_touch_in_loops():
+    from polyad.poly import accumulator_arrays
+
+    sk = _facts_with_value_based_dependences(repeated_scatter)
+    assert sk.deps.memory_based == {"h"}
+    # dx[i] += dx[i] * 0.5 reads the target: value-based dependences, as before
+    assert accumulator_arrays(compile_kernel(read_after_scatter.ir).scheduled.kernel) \
+        == frozenset()
+    # the filter gradient d_w[a, b] += ...; d_u is gathered (its zeroing joins the gather)
+    grad = compile_kernel(pa.grad(clamped_energy, wrt=["u", "w"]).ir).scheduled
+    assert grad.deps.memory_based == {"d_w"}
+
+
+@pa.kernel
+def two_clamped_stencils(x: pa.f64[N].clamped, y: pa.Out(pa.f64[N]), z: pa.Out(pa.f64[N])):
+    for i in range(N):
+        y[i] = x[i - 1] + x[i + 1]
+        z[i] = x[i - 1] * x[i + 1]
+
+
+def _sobel_vjp():
+    from c_corpus.cases import CASES
+
+    (case,) = [c for c in CASES if c.func == "sobel"]
+    return pa.vjp(pa.from_c(case.path, case.func, sizes=case.macros or None), wrt="img")
+
+
+@pytest.mark.parametrize("make", [lambda: pair_histogram, lambda: two_clamped_stencils,
+                                  _sobel_vjp],
+                         ids=["pair_histogram", "two_clamped_stencils", "sobel_vjp"])
+def test_statements_of_one_domain_at_adjacent_positions_are_one_ast_statement(make):
+    """The program order's AST is built with adjacent statements of equal domains as one
+    statement (cheaper to separate over pieces); the facts and the C are those of the
+    AST built statement by statement. (The sobel adjoint's gathers have pieces that add
+    into one border element at one point: grouping those would reorder the sum.)"""
+    import dataclasses
+
+    from polyad.schedule.build import _adjacent_equal_domains, _candidate
+    from polyad.target import get_target
+
+    kernel = make()
+    art = compile_kernel(kernel.ir, Options())
+    sk = art.scheduled
+    groups = set(_adjacent_equal_domains(sk.model).values())
+    assert groups and all("+" in g for g in groups)  # S1+S2; S0_k+S1_k, piece by piece
+    apart = _candidate(sk.schedule, sk.kernel, sk.model, sk.deps)
+    assert _facts(apart.loops) == _facts(sk.loops)
+    target = get_target("openmp")
+    unrolled = dataclasses.replace(sk, ast=apart.ast, loops=apart.loops)
+    assert target.emit(target.plan(unrolled, Options())) == art.source
+    ast_text = pa.explain(kernel)
+    assert not any(g in ast_text for g in groups)  # explain lists each statement
+    assert all(f"{n}(" in ast_text for g in groups for n in g.split("+"))
+
+
 def test_update_merging_pass_states_its_legality():
     """``schedule.merge``: consecutive updates of one element merge unless a guard, a read of
     the target or an atomic update sits among them."""

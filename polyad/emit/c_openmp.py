@@ -23,6 +23,7 @@ import islpy as isl
 from .. import ir
 from ..ir import Load
 from ..schedule.merge import MergedUpdate, merge_updates
+from ..schedule.nests import user_statements
 from ..schedule.simplify import simplify_run
 from ..version import __version__ as POLYAD_VERSION
 from .cexpr import AST_HELPERS, C99, CPrinter, Dialect, ast_expr_c, ast_expr_ir, cname
@@ -231,7 +232,7 @@ class _Emitter:
         elif t == isl.ast_node_type.mark:
             self.walk(node.mark_get_node(), indent, iters, atomic, team)
         elif t == isl.ast_node_type.user:
-            self.statements([self.user_statement(node, iters)], indent, atomic)
+            self.statements(self.user_statements(node, iters), indent, atomic)
         else:
             raise NotImplementedError(f"ISL AST node {t}")
 
@@ -240,7 +241,7 @@ class _Emitter:
         pending: list = []
         for kid in kids:
             if kid.get_type() == isl.ast_node_type.user:
-                pending.append(self.user_statement(kid, iters))
+                pending += self.user_statements(kid, iters)
                 continue
             self.statements(pending, indent, atomic)
             pending = []
@@ -257,15 +258,16 @@ class _Emitter:
         self.sequence(kids, indent + "  ", iters, atomic)
         self.out(indent, "}")
 
-    def user_statement(self, node, iters) -> ir.Statement:
-        call = node.user_get_expr()
-        name = call.get_op_arg(0).get_id().get_name()
+    def user_statements(self, node, iters) -> list[ir.Statement]:
+        """The statements an AST user node runs, its arguments substituted."""
+        pairs = user_statements(node, self.by_name)
+        call = pairs[0][1]
         args = [ast_expr_ir(call.get_op_arg(k), iters) for k in range(1, call.get_op_n_arg())]
         if self.shift is not None:
             it, lane = self.shift
             at = {it: ir.Binary("+", ir.LoopVar(it), ir.LoopVar(lane), ir.i64)}
             args = [ir.substitute(a, at) for a in args]
-        return self.substituted(self.by_name[name], args)
+        return [self.substituted(st, args) for st, _ in pairs]
 
     def statements(self, run: list, indent: str, atomic: frozenset):
         """Print a run of consecutive statements of one block, as the merge pass groups them."""
@@ -335,10 +337,11 @@ class _Emitter:
         while lane in taken:
             lane = "_" + lane
         self.shift = (name, lane)
-        shifted = [self.user_statement(u, iters) for u in users]
+        shifted = [st for u in users for st in self.user_statements(u, iters)]
         self.shift = None
         funcs = frozenset(self.func_names)
-        plain = simplify_run([self.user_statement(u, iters) for u in users], atomic, funcs)
+        plain = simplify_run([st for u in users for st in self.user_statements(u, iters)],
+                             atomic, funcs)
         if not plain:  # every update simplified away: the loop does nothing
             return True
         sums: dict = {}

@@ -33,7 +33,7 @@ import islpy as isl
 
 from .. import ir
 from ..ir import Load
-from ..schedule.nests import ast_children
+from ..schedule.nests import STATEMENT_GROUP, ast_children
 from .c_openmp import POLYAD_VERSION, _Emitter, _flat_block, _used_scalars, cname, signature
 from .cexpr import Dialect
 
@@ -107,7 +107,8 @@ class _CudaEmitter(_Emitter):
 
         def visit(n):
             if n.get_type() == isl.ast_node_type.user:
-                out.append(n.user_get_expr().get_op_arg(0).get_id().get_name())
+                name = n.user_get_expr().get_op_arg(0).get_id().get_name()
+                out.extend(name.split(STATEMENT_GROUP))
             for c in ast_children(n):
                 visit(c)
         for n in nodes:

@@ -8,6 +8,7 @@ is the target's plan (``polyad.target``).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
@@ -15,6 +16,7 @@ import islpy as isl
 
 from .. import ir
 from ..progress import StageClock
+from . import nests
 from .cleanup import (forward_copies, fuse_independent_nests, fuse_zero_initialization,
                       remove_dead_statements, updates_in_place)
 from .distribute import expand_and_distribute
@@ -126,6 +128,17 @@ def _flat_range(umap: isl.UnionMap) -> isl.UnionMap:
     return out
 
 
+def _ungrouped(sched: isl.UnionMap) -> isl.UnionMap:
+    """A schedule of AST statements as the schedule of the statements they run (the
+    members of a group share its schedule)."""
+    out = None
+    for m in maps_of(sched):
+        for name in m.get_tuple_name(isl.dim_type.in_).split(nests.STATEMENT_GROUP):
+            one = m.set_tuple_name(isl.dim_type.in_, name).to_union_map()
+            out = one if out is None else out.union(one)
+    return out
+
+
 def _names(uset) -> frozenset:
     out = []
     uset.foreach_set(lambda s: out.append(s.get_tuple_name()))
@@ -167,17 +180,18 @@ class _LoopAnalysis:
                                          for m in maps_of(umap)]
 
     def carried(self, kind: str, var: str, stmts: frozenset, sched: isl.UnionMap,
-                ldom: isl.UnionSet, depth: int) -> bool:
+                depth: int) -> bool:
         inside = [m for src, dst, m in self.pairs[kind, var] if src in stmts and dst in stmts]
         if not inside:
             return False
         dep = inside[0].to_union_map()
         for m in inside[1:]:
             dep = dep.union(m.to_union_map())
-        d = dep.intersect_domain(ldom).intersect_range(ldom)
-        if d.is_empty():
+        # (applying the loop's schedule keeps only the pairs inside the loop: intersecting
+        # with the loop's domain first costs more than the rest)
+        t = dep.apply_domain(sched).apply_range(sched)
+        if t.is_empty():
             return False
-        t = d.apply_domain(sched).apply_range(sched)
         zeros = ", ".join(["0"] * depth + ["x"])
         cond = isl.UnionSet.read_from_str(self.model.ctx, f"{{ [{zeros}] : x != 0 }}")
         return not t.deltas().intersect(cond).is_empty()
@@ -237,7 +251,7 @@ class _LoopAnalysis:
             return node
 
     def analyse(self, node, build):
-        sched = _flat_range(build.get_schedule())
+        sched = _ungrouped(_flat_range(build.get_schedule()))
         ldom = sched.domain()
         depth = maps_of(sched)[0].dim(isl.dim_type.out) - 1
         stmts = _names(ldom)
@@ -247,8 +261,12 @@ class _LoopAnalysis:
         reasons = []
         any_carried = False
         for var in sorted(set(self.deps.flow) | set(self.deps.anti) | set(self.deps.output)):
-            carried = {kind: self.carried(kind, var, stmts, sched, ldom, depth)
-                       for kind in ("flow", "anti", "output") if var in getattr(self.deps, kind)}
+            # An accumulator's memory-based flow dependences are some of its output ones
+            # (every reader writes the element it reads) and its anti ones are empty: a
+            # loop carries one of them iff it carries an output dependence.
+            kinds = ("output",) if var in self.deps.memory_based else ("flow", "anti", "output")
+            carried = {kind: self.carried(kind, var, stmts, sched, depth)
+                       for kind in kinds if var in getattr(self.deps, kind)}
             written = any(self.by_name[s].target_name == var for s in stmts)
             if not any(carried.values()) and not (written and var in self.locals):
                 continue
@@ -364,10 +382,15 @@ def schedule_kernel(kernel: ir.Kernel,
             if all(r.message != w.message for w in written_requirements)]
     scalars = frozenset(n for n, _ in split.locals)
     with clock.stage("dependences", n):
-        # Scalars are private or reductions; which one only their flow decides.
-        deps = dependences(model, flow_only=scalars)
+        # Scalars are private or reductions; which one only their flow decides. The loop
+        # test asks of an array only whether a loop carries its dependences, on which
+        # memory-based ones agree for accumulators (poly.accumulator_arrays).
+        deps = dependences(model, flow_only=scalars, memory_based_accumulators=True)
     with clock.stage("ast", n):
-        chosen = _candidate(_program_order_schedule(model), split, model, deps)
+        groups = _adjacent_equal_domains(model)
+        chosen = _candidate(_program_order_schedule(model), split, model, deps,
+                            ast_schedule=_program_order_schedule(model, groups) if groups
+                            else None)
     origin = "program order"
     parallel, looped = score(chosen)
     isl_schedule = None
@@ -378,11 +401,14 @@ def schedule_kernel(kernel: ir.Kernel,
         with clock.stage("isl scheduler", n):
             # The scheduler may reorder anything: it needs every dependence, scalars' too.
             # The arrays' are those above (on a clamped stencil's adjoint they are most of
-            # the analysis time); only the scalars' anti and output ones are missing.
-            false_scalar = dependences(model, variables=scalars)
+            # the analysis time); only the scalars' anti and output ones are missing, and
+            # the value-based ones of accumulators (memory-based ones are as valid, but
+            # ISL's proximity objective could choose another schedule with them).
+            extra = dependences(model, variables=scalars | deps.memory_based,
+                                flow_only=frozenset())
             isl_schedule = _isl_schedule(model, Dependences(
-                deps.flow, {**deps.anti, **false_scalar.anti},
-                {**deps.output, **false_scalar.output}))
+                {**deps.flow, **extra.flow}, {**deps.anti, **extra.anti},
+                {**deps.output, **extra.output}))
         if isl_schedule is None:
             origin = "program order (the ISL scheduler gave up within its operation quota)"
         elif parallel < looped:
@@ -435,12 +461,81 @@ def _in_place_decisions(names: tuple) -> list:
             f"{', '.join(names)}"]
 
 
-def _program_order_schedule(model: PolyModel) -> isl.Schedule:
-    schedule = isl.Schedule.from_domain(model.union_domain())
+def _program_order_schedule(model: PolyModel,
+                            groups: Optional[dict[str, str]] = None) -> isl.Schedule:
+    """The program order as one band; with ``groups`` (``_adjacent_equal_domains``), each
+    group as one statement (for AST generation)."""
+    domain, order = model.union_domain(), model.schedule_map()
+    if groups:
+        domain, order = _grouped(domain, groups), _grouped(order, groups)
+    schedule = isl.Schedule.from_domain(domain)
     if model.max_depth > 0 or len(model.kernel.statements) > 1:
-        mupa = isl.MultiUnionPwAff.from_union_map(model.schedule_map())
-        schedule = schedule.insert_partial_schedule(mupa)
+        schedule = schedule.insert_partial_schedule(isl.MultiUnionPwAff.from_union_map(order))
     return schedule
+
+
+def _adjacent_equal_domains(model: PolyModel) -> dict[str, str]:
+    """Statement name -> the name of its group, for statements that the program order
+    runs one right after the other at every point of one domain.
+
+    Such statements sit in the same loops at adjacent positions (``S8_k`` at ``(.., 5, 0)``
+    and ``S9_k`` at ``(.., 5, 1)``: the two updates of a clamped stencil's adjoint, piece
+    by piece) and have equal domains, and the pieces at each of the two positions have
+    disjoint domains (not so the pieces of a gather, several of which add into a border
+    element at one point): at each point at most one statement of each position runs,
+    so the group runs them in program order. AST generation separating loops over
+    pieces costs with the number of statements (a group is one), and the emitted code is
+    the same: the group's statements in order.
+    """
+    at: dict[tuple, list] = {}
+    for st in model.kernel.statements:
+        at.setdefault(st.position, []).append(st)
+    disjoint: dict[tuple, bool] = {}
+
+    def pieces_disjoint(position: tuple) -> bool:
+        if position not in disjoint:
+            doms = [model.domain(st).set_tuple_name("P") for st in at[position]]
+            disjoint[position] = all(a.is_disjoint(b) for a, b in itertools.combinations(doms, 2))
+        return disjoint[position]
+
+    group: dict[str, list] = {}  # first member's name -> members
+    first: dict[str, str] = {}
+    for position, here in sorted(at.items()):
+        before_at = position[:-1] + (position[-1] - 1,)
+        before = at.get(before_at, [])
+        if not before or not pieces_disjoint(position) or not pieces_disjoint(before_at):
+            continue
+        for st in here:
+            prev = [b for b in before if b.loops == st.loops and model.domain(b).is_equal(
+                model.domain(st).set_tuple_name(b.name))]
+            if len(prev) == 1:
+                head = first.get(prev[0].name, prev[0].name)
+                group.setdefault(head, [prev[0]]).append(st)
+                first[st.name] = head
+    out: dict[str, str] = {}
+    for members in group.values():
+        name = nests.STATEMENT_GROUP.join(st.name for st in members)
+        out.update({st.name: name for st in members})
+    return out
+
+
+def _grouped(umap, groups: dict[str, str]):
+    """``umap`` (a union set of statement domains, or a union map from them) with each
+    group's first member renamed to the group and its other members left out."""
+    is_set = isinstance(umap, isl.UnionSet)
+    parts: list = []
+    (umap.foreach_set if is_set else umap.foreach_map)(parts.append)
+    out = (isl.UnionSet if is_set else isl.UnionMap).empty(umap.get_space())
+    for part in parts:
+        name = part.get_tuple_name() if is_set else part.get_tuple_name(isl.dim_type.in_)
+        group = groups.get(name, name)
+        if group != name:
+            if not group.startswith(name + nests.STATEMENT_GROUP):
+                continue  # a later member: the group's statement runs it
+            part = part.set_tuple_name(group) if is_set else \
+                part.set_tuple_name(isl.dim_type.in_, group)
+        out = out.union(part.to_union_set() if is_set else part.to_union_map())
+    return out
 
 
 # Bound on ISL's scheduler work (isl "operations"); past it we keep program order.
@@ -468,17 +563,21 @@ def _isl_schedule(model: PolyModel, deps: Dependences) -> Optional[isl.Schedule]
 
 
 def _candidate(schedule: isl.Schedule, kernel: ir.Kernel, model: PolyModel,
-               deps: Dependences, separate: bool = True) -> ScheduleCandidate:
+               deps: Dependences, separate: bool = True,
+               ast_schedule: Optional[isl.Schedule] = None) -> ScheduleCandidate:
     """The AST of ``schedule`` with the dependence test's facts on every loop.
 
     ``separate``: a loop per piece (interior loops without border conditions);
     else one loop nest per band with the pieces as conditions inside.
+    ``ast_schedule``: ``schedule`` with groups of statements as single statements
+    (``_adjacent_equal_domains``), to build the AST from.
     """
     analysis = _LoopAnalysis(kernel, model, deps)
     build = isl.AstBuild.from_context(model.context)
     build, handle = build.set_after_each_for(analysis)
-    ast = build.node_from_schedule(_separate_loops(schedule) if separate
-                                   else _atomic_loops(schedule))
+    ast_schedule = ast_schedule or schedule
+    ast = build.node_from_schedule(_separate_loops(ast_schedule) if separate
+                                   else _atomic_loops(ast_schedule))
     del handle
     if analysis.error is not None:
         raise analysis.error

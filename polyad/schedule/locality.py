@@ -28,7 +28,7 @@ import islpy as isl
 
 from .. import ir
 from ..ir import Load
-from .nests import ast_children, loop_vars_along
+from .nests import ast_children, loop_vars_along, user_statements
 
 # Columns per strip: 256 doubles (2 KiB) of a row per strip keeps the strip of the
 # updated vector in L1 while every strip is long enough for hardware prefetching, and
@@ -101,13 +101,12 @@ def strided_inner_accesses(ast: isl.AstNode, kernel: ir.Kernel) -> int:
         if t == isl.ast_node_type.for_:
             iterator = node.for_get_iterator().get_id().get_name()
         if t == isl.ast_node_type.user:
-            call = node.user_get_expr()
-            st = by_name[call.get_op_arg(0).get_id().get_name()]
-            if iterator is None or len(st.loops) != deepest:
-                return
-            uses = loop_vars_along(st, call, iterator)
-            n = strided_accesses(st, uses[0]) if len(uses) == 1 else int(len(uses) > 1)
-            strided[st.name] = max(strided.get(st.name, 0), n)
+            for st, call in user_statements(node, by_name):
+                if iterator is None or len(st.loops) != deepest:
+                    continue
+                uses = loop_vars_along(st, call, iterator)
+                n = strided_accesses(st, uses[0]) if len(uses) == 1 else int(len(uses) > 1)
+                strided[st.name] = max(strided.get(st.name, 0), n)
             return
         for child in ast_children(node):
             walk(child, iterator)

@@ -59,3 +59,18 @@ def loop_vars_along(st, call: isl.AstExpr, iterator: str) -> list:
     (``c1``, ``N - c1``, ``c0 + c1``)."""
     return [st.loop_vars[k - 1] for k in range(1, call.get_op_n_arg())
             if ast_expr_uses(call.get_op_arg(k), iterator)]
+
+
+# The name of an AST statement that runs several statements one after the other at
+# each of its points (``schedule.build`` groups adjacent statements of equal domains
+# for AST generation): their names joined by this character, which no DSL name holds.
+STATEMENT_GROUP = "+"
+
+
+def user_statements(node: isl.AstNode, by_name: dict) -> list:
+    """``(statement, call)`` for each statement (from ``by_name``) an AST user node runs,
+    in order: one, or the statements of a group, which share the node's call expression
+    (its arguments are the values of their loop variables)."""
+    call = node.user_get_expr()
+    names = call.get_op_arg(0).get_id().get_name().split(STATEMENT_GROUP)
+    return [(by_name[name], call) for name in names]

@@ -43,6 +43,7 @@ from ..emit.cuda import CUDA, emit_cuda
 from ..runtime.cuda import DEFAULT_ARCH, CudaKernel
 from ..runtime.toolchain import CUDA_INCLUDE
 from ..schedule import LoopFacts, ScheduledKernel, ast_children, guarded_pieces, loop_key
+from ..schedule.nests import STATEMENT_GROUP
 from .openmp import _Planner, _small
 from .openmp import plan as openmp_plan
 
@@ -137,11 +138,12 @@ class CudaPlan:
             in_loop = in_loop or lp is not None
             in_grid = in_grid or (lp is not None and lp.threads)
             if node.get_type() == isl.ast_node_type.user:
-                name = node.user_get_expr().get_op_arg(0).get_id().get_name()
+                names = node.user_get_expr().get_op_arg(0).get_id().get_name() \
+                    .split(STATEMENT_GROUP)
                 if in_loop:
-                    looped.add(name)
+                    looped.update(names)
                 if in_grid:
-                    parallel.add(name)
+                    parallel.update(names)
             for c in ast_children(node):
                 walk(c, in_loop, in_grid)
 

@@ -23,7 +23,7 @@ from ..emit.c_openmp import cname, dsl_c_names, emit_c, signature
 from ..emit.cexpr import C99, ast_expr_c
 from ..runtime.loader import CompiledKernel
 from ..schedule import LoopFacts, ast_children, loop_key
-from ..schedule.nests import ast_expr_uses, loop_vars_along
+from ..schedule.nests import ast_expr_uses, loop_vars_along, user_statements
 from ..schedule.locality import strided_accesses
 
 # Loops with at most this many iterations, whatever the sizes (filter taps,
@@ -229,13 +229,12 @@ class OpenMPPlan:
                 vector = node.for_get_iterator().get_id().get_name() \
                     if lp.simd or lp.lane_sums else None
             if node.get_type() == isl.ast_node_type.user:
-                call = node.user_get_expr()
-                st = by_name[call.get_op_arg(0).get_id().get_name()]
-                if len(st.loops) == deepest and in_loop:
-                    looped.add(st.name)
-                    work = 2 if threads and not thin else 1 if threads or (
-                        vector is not None and _unit_stride_along(st, call, vector)) else 0
-                    parallel[st.name] = max(parallel.get(st.name, 0), work)
+                for st, call in user_statements(node, by_name):
+                    if len(st.loops) == deepest and in_loop:
+                        looped.add(st.name)
+                        work = 2 if threads and not thin else 1 if threads or (
+                            vector is not None and _unit_stride_along(st, call, vector)) else 0
+                        parallel[st.name] = max(parallel.get(st.name, 0), work)
             for c in ast_children(node):
                 walk(c, in_loop, threads, thin, vector)
 
@@ -401,9 +400,7 @@ class _Planner:
         if not users or any(u.get_type() != isl.ast_node_type.user for u in users):
             return None
         dtypes = set()
-        for u in users:
-            call = u.user_get_expr()
-            st = self.by_name[call.get_op_arg(0).get_id().get_name()]
+        for st, call in [pair for u in users for pair in user_statements(u, self.by_name)]:
             var = loop_vars_along(st, call, it)
             if (len(var) != 1 or st.op not in ("+=", "-=") or st.guard is not None
                     or not isinstance(st.target, ir.Load) or st.target.array not in targets
@@ -520,12 +517,11 @@ class _Planner:
 
     def _collect_loop_vars(self, node, it, out: set):
         if node.get_type() == isl.ast_node_type.user:
-            call = node.user_get_expr()
-            st = self.by_name[call.get_op_arg(0).get_id().get_name()]
-            for k in range(1, call.get_op_n_arg()):
-                a = call.get_op_arg(k)
-                if a.get_type() == isl.ast_expr_type.id and a.get_id().get_name() == it:
-                    out.add(st.loop_vars[k - 1])
+            for st, call in user_statements(node, self.by_name):
+                for k in range(1, call.get_op_n_arg()):
+                    a = call.get_op_arg(k)
+                    if a.get_type() == isl.ast_expr_type.id and a.get_id().get_name() == it:
+                        out.add(st.loop_vars[k - 1])
             return
         for c in ast_children(node):
             self._collect_loop_vars(c, it, out)
