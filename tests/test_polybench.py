@@ -297,6 +297,16 @@ def test_gradient_of_time_loop_gets_one_region():
     assert len(forks) == forked and all(line.startswith("  #") for line in forks)
 
 
+def test_gradient_of_time_loop_gathers_without_atomics():
+    # each reversed time step scatters d_A into d_B (and back) and zeroes the source:
+    # the zeroing gets a loop of its own, the scatters become gathers inside t
+    dk = pa.vjp(dsl.jacobi_2d, wrt="A")
+    report = json.loads(pa.explain(dk, format="json"))
+    gathers = [d for s in report["statements"] for d in s["scatter_to_gather"].values()]
+    assert len(gathers) == 10 and all(d.startswith("gather inside loop t") for d in gathers)
+    assert "atomic" not in dk.source
+
+
 def test_explain_text_shows_region_and_unit_stride():
     text = pa.explain(dsl.atax)
     assert "decision: unit stride" in text

@@ -17,7 +17,7 @@ from .. import ir
 from ..progress import StageClock
 from .cleanup import (forward_copies, fuse_independent_nests, fuse_zero_initialization,
                       remove_dead_statements, updates_in_place)
-from .distribute import expand_and_distribute
+from .distribute import distribute_after_scatters, expand_and_distribute
 from .gather import ascending_order_free_nests, scatter_to_gather, small_target
 from .locality import has_strided_inner_loop, strided_inner_accesses, unit_stride_bands
 from .loop_order import expand_reduction_rows, unit_stride_innermost
@@ -347,6 +347,7 @@ def schedule_kernel(kernel: ir.Kernel,
         split, dead = remove_dead_statements(split, model)
     with clock.stage("expansion", len(split.statements)):
         split, expansions = expand_and_distribute(split, model)
+        split, splits = distribute_after_scatters(split, model)
         split = ascending_order_free_nests(split, model)
     with clock.stage("scatter to gather", len(split.statements)):
         split, gather_decisions = scatter_to_gather(split, model.for_kernel(split))
@@ -424,7 +425,7 @@ def schedule_kernel(kernel: ir.Kernel,
                 f"statements, the program order {before}")
     return ScheduledKernel(split, model, deps, chosen.schedule, chosen.ast, chosen.loops,
                            requirements, gather_decisions, origin, dead, expansions, fused,
-                           tuple(_in_place_decisions(in_place) + copies + fusions + decisions),
+                           tuple(_in_place_decisions(in_place) + copies + splits + fusions + decisions),
                            loop_orders)
 
 
