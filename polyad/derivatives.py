@@ -122,10 +122,11 @@ class DerivedKernel(Kernel):
             fn = self._default = self.compile()
         return self._package(fn(*args, **kwargs))
 
-    def compile(self, target: str = "openmp", sanitize=None, deterministic: bool = False):
+    def compile(self, target: str = "openmp", sanitize=None, deterministic: bool = False,
+                tile=None):
         if self.checkpoint not in (None, False):
             _checkpointing.refuse_target(target)
-        fn = super().compile(target, sanitize, deterministic)
+        fn = super().compile(target, sanitize, deterministic, tile)
         fn.memory_budget = self.memory
         return fn
 
