@@ -203,13 +203,11 @@ def _conflicts_across_iterations(model: PolyModel, first: list, second: list, ou
             pairs = p if pairs is None else pairs.union(p)
     if pairs is None:
         return False
-    conflicts = []
-    pairs.foreach_map(conflicts.append)
-    for m in conflicts:
+    for m in maps_of(pairs):
         same_outer = m
         for k in range(outer):
             same_outer = same_outer.equate(isl.dim_type.in_, k, isl.dim_type.out, k)
-        if not same_outer.is_subset(isl.Map.identity(m.get_space())):
+        if not within_outer_iterations(same_outer, c):
             return True
     return False
 

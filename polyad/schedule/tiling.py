@@ -34,7 +34,7 @@ import islpy as isl
 
 from .. import ir
 from ..ir import Load, LoopVar
-from ..poly import Dependences, PolyModel
+from ..poly import Dependences, PolyModel, maps_of
 
 DEFAULT_L2_BYTES = 1 << 20
 LARGEST_TILE = 128
@@ -168,8 +168,7 @@ def tile_schedule(schedule: isl.Schedule, kernel: ir.Kernel, model: PolyModel,
     """
     l2_bytes = l2_bytes or l2_cache_bytes()
     flat = schedule.get_map()
-    per_statement: dict[str, isl.Map] = {}
-    flat.foreach_map(lambda m: per_statement.__setitem__(m.get_tuple_name(isl.dim_type.in_), m))
+    per_statement = {m.get_tuple_name(isl.dim_type.in_): m for m in maps_of(flat)}
     width = next(iter(per_statement.values())).dim(isl.dim_type.out)
     funcs = {name: _functions(m) for name, m in per_statement.items()}
     tiled: dict[str, tuple[int, int, dict]] = {}  # statement -> (first dim, end dim, T per dim)
@@ -265,12 +264,4 @@ def _respects(schedule_map: isl.UnionMap, deps: Dependences, model: PolyModel) -
     if all_deps.is_empty():
         return True
     between = all_deps.apply_domain(schedule_map).apply_range(schedule_map)
-    ok = True
-
-    def check(m: isl.Map):
-        nonlocal ok
-        if ok and not m.is_subset(isl.Map.lex_lt(m.get_space().domain())):
-            ok = False
-
-    between.foreach_map(check)
-    return ok
+    return all(m.is_subset(isl.Map.lex_lt(m.get_space().domain())) for m in maps_of(between))
