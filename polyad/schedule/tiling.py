@@ -144,7 +144,8 @@ def _bands(funcs: dict, by_name: dict, kernel: ir.Kernel) -> list:
     locals_ = {name for name, _ in kernel.locals}
     groups: dict = {}
     for name, f in funcs.items():
-        key = f[0].get_pieces()[0][1].get_constant_val().to_python() if f[0].is_cst() else None
+        pieces = f[0].get_pieces() if f and f[0].is_cst() else []
+        key = pieces[0][1].get_constant_val().to_python() if pieces else None
         groups.setdefault(key, []).append(by_name[name])
     out = []
     for group in groups.values():
@@ -166,6 +167,8 @@ def tile_schedule(schedule: isl.Schedule, kernel: ir.Kernel, model: PolyModel,
     (the last repeats for deeper ones); None: the cache model's. Returns (None, reasons)
     when no nest is tiled.
     """
+    if max((len(st.loops) for st in kernel.statements), default=0) < MIN_TILED_LOOPS:
+        return None, []
     l2_bytes = l2_bytes or l2_cache_bytes()
     flat = schedule.get_map()
     per_statement = {m.get_tuple_name(isl.dim_type.in_): m for m in maps_of(flat)}
