@@ -140,9 +140,9 @@ class Kernel:
         return self.compile().source
 
     def explain(self, format: str = "text", target: str = "openmp",
-                deterministic: bool = False) -> str:
+                deterministic: bool = False, tile=None) -> str:
         """The report of ``pa.explain(self, ...)``: how this kernel is scheduled and emitted."""
-        return explain(self, format, target, deterministic)
+        return explain(self, format, target, deterministic, tile=tile)
 
     def __call__(self, *args, **kwargs):
         """Run the compiled kernel (see ``__signature__`` and ``__doc__`` for its arguments).

@@ -346,6 +346,7 @@ def test_dot_products_and_time_loops_are_not_tiled():
                for d in schedule_decisions(dsl.syrk))
     assert any("dependence would run backwards" in d for d in schedule_decisions(dsl.jacobi_2d))
     assert not any(d.startswith("tiled ") for d in schedule_decisions(dsl.gemm, tile=False))
+    assert "tiled 64x64x256" not in dsl.gemm.explain(tile=False)
     assert "pa_imin(" not in dsl.gemm.compile(tile=False).source
 
 
