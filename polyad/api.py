@@ -116,16 +116,16 @@ class Kernel:
         if key not in self._artifacts:
             family = schedule_family(get_target(key.target))
             shared = next((a.scheduled for o, a in self._artifacts.items()
-                           if o.deterministic == key.deterministic
+                           if o.deterministic == key.deterministic and o.tile == key.tile
                            and schedule_family(a.target) == family), None)
             self._artifacts[key] = compile_kernel(self.ir, key, shared)
         return self._artifacts[key]
 
     @user_facing
     def compile(self, target: str = "openmp", sanitize: Optional[str] = None,
-                deterministic: bool = False) -> KernelFunction:
+                deterministic: bool = False, tile=None) -> KernelFunction:
         """Schedule, emit and compile (cached per option set); see ``pa.compile``."""
-        options = Options(target, deterministic, sanitize)
+        options = Options(target, deterministic, sanitize, tile)
         if options not in self._compiled:
             art = self._artifacts.get(options.source_options)
             # On a pipeline cache miss the artifact is made (and kept) by
@@ -140,9 +140,9 @@ class Kernel:
         return self.compile().source
 
     def explain(self, format: str = "text", target: str = "openmp",
-                deterministic: bool = False) -> str:
+                deterministic: bool = False, tile=None) -> str:
         """The report of ``pa.explain(self, ...)``: how this kernel is scheduled and emitted."""
-        return explain(self, format, target, deterministic)
+        return explain(self, format, target, deterministic, tile=tile)
 
     def __call__(self, *args, **kwargs):
         """Run the compiled kernel (see ``__signature__`` and ``__doc__`` for its arguments).
@@ -221,7 +221,7 @@ def _namespace(namespace: Optional[dict]) -> dict:
 
 @user_facing
 def compile(k: Kernel, target: str = "openmp", sanitize: Optional[str] = None,
-            deterministic: bool = False) -> KernelFunction:
+            deterministic: bool = False, tile=None) -> KernelFunction:
     """Compile kernel ``k`` now; returns a callable with ``.source`` (the generated C).
 
     ``sanitize="address"`` builds with AddressSanitizer. Its runtime must be
@@ -236,7 +236,11 @@ def compile(k: Kernel, target: str = "openmp", sanitize: Optional[str] = None,
     ``deterministic=True`` avoids every parallel form that reorders
     floating-point sums (reduction clauses, privatized copies, atomics): the
     result is the same bit for bit on every run and any number of threads.
+    ``tile``: nests of three or more loops (a matrix product's) run in rectangular
+    tiles whose sizes a cache model picks (None), of the given sizes
+    (``tile=(32, 32, 64)``, outermost loop first), or untiled (``tile=False``);
+    ``pa.explain`` shows the decision ("tiled 128x128x128").
     """
     if not isinstance(k, Kernel):
         raise TypeError(f"pa.compile() takes a @pa.kernel, got {type(k).__name__}")
-    return k.compile(target, sanitize, deterministic)
+    return k.compile(target, sanitize, deterministic, tile)

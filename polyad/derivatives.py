@@ -122,10 +122,11 @@ class DerivedKernel(Kernel):
             fn = self._default = self.compile()
         return self._package(fn(*args, **kwargs))
 
-    def compile(self, target: str = "openmp", sanitize=None, deterministic: bool = False):
+    def compile(self, target: str = "openmp", sanitize=None, deterministic: bool = False,
+                tile=None):
         """The compiled derived kernel; for a CUDA target with ``checkpoint=`` set, the
         checkpointing driver over the pieces compiled for it
-        (``polyad.checkpointing.CheckpointedFunction``)."""
+        (``polyad.checkpointing.CheckpointedFunction``; ``tile`` is ignored on CUDA)."""
         if target != "openmp" and self.checkpoint not in (None, False) \
                 and self.kind in _CHECKPOINTED_KINDS:
             if _checkpointing.checkpointer(self, target) is None:
@@ -135,7 +136,7 @@ class DerivedKernel(Kernel):
                     self.ir.line, 0, "compile without checkpoint= (the tapes must then fit "
                     "the memory budget)")
             return _checkpointing.CheckpointedFunction(self, target, sanitize, deterministic)
-        fn = super().compile(target, sanitize, deterministic)
+        fn = super().compile(target, sanitize, deterministic, tile)
         fn.memory_budget = self.memory
         return fn
 

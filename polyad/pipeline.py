@@ -37,18 +37,29 @@ class Options:
     ``target``: a name in ``polyad.target.TARGETS``; ``deterministic``: no
     parallel form that reorders floating-point sums (bit-identical results on
     every run and thread count); ``sanitize``: None or ``"address"``
-    (AddressSanitizer; affects only the toolchain, not the source).
+    (AddressSanitizer; affects only the toolchain, not the source); ``tile``:
+    tiling of nests of three or more loops (``schedule.tiling``): None for the
+    cache model's tile sizes, False for none, or the sizes (positive integers,
+    outermost loop first; the last repeats for deeper loops).
     """
 
     target: str = "openmp"
     deterministic: bool = False
     sanitize: Optional[str] = None
+    tile: object = None
 
     def __post_init__(self):
         get_target(self.target)
         if self.sanitize not in SANITIZERS:
             raise ValueError("sanitize must be None or 'address'")
         object.__setattr__(self, "deterministic", bool(self.deterministic))
+        if self.tile not in (None, False):
+            sizes = (self.tile,) if isinstance(self.tile, int) else tuple(self.tile)
+            if not sizes or not all(isinstance(t, int) and not isinstance(t, bool) and t > 0
+                                    for t in sizes):
+                raise ValueError(f"tile must be None, False or positive integer tile sizes "
+                                 f"such as (32, 32, 64); got {self.tile!r}")
+            object.__setattr__(self, "tile", sizes)
 
     @property
     def target_object(self):
@@ -58,7 +69,7 @@ class Options:
     @property
     def source_options(self) -> "Options":
         """These options without what only the toolchain uses (one artifact serves both)."""
-        return Options(self.target, self.deterministic)
+        return Options(self.target, self.deterministic, tile=self.tile)
 
 
 @dataclass(frozen=True)
@@ -170,7 +181,7 @@ def compile_kernel(ir_kernel: ir.Kernel, options: Options = Options(),
     """Schedule ``ir_kernel``, plan it for ``options.target`` and emit its source.
 
     ``scheduled``: the kernel's schedule already chosen for a target of the
-    same ``schedule_family`` (with the same ``options.deterministic``), reused
+    same ``schedule_family`` (with the same ``options.deterministic`` and ``tile``), reused
     instead of scheduling again. A bug escaping a stage is raised as
     ``pa.InternalError`` naming the stage and the DSL statement it concerns.
     """
@@ -180,7 +191,10 @@ def compile_kernel(ir_kernel: ir.Kernel, options: Options = Options(),
         if scheduled is None:
             scheduled = schedule_kernel(
                 ir_kernel, lambda cand: target.score(target.plan(cand, options)), clock,
-                unit_stride=getattr(target, "unit_stride_schedule", False))
+                unit_stride=getattr(target, "unit_stride_schedule", False),
+                # tiles are for caches of threads that run whole loops (CUDA's threads
+                # run single iterations: its target schedules without them)
+                tile=options.tile if getattr(target, "unit_stride_schedule", False) else False)
     n = len(scheduled.kernel.statements)
     with clock.stage("plan", n), ir.internal_errors(f"planning ({options.target})", ir_kernel):
         plan = target.plan(scheduled, options)

@@ -44,7 +44,7 @@ DEPENDENCE_KINDS = (("flow", "read after write"), ("anti", "write after read"),
 
 
 def explain(kernel, format: str = "text", target: str = "openmp",
-            deterministic: bool = False, sizes: Optional[dict] = None) -> str:
+            deterministic: bool = False, sizes: Optional[dict] = None, tile=None) -> str:
     """A report of how ``kernel`` (a ``pa.Kernel``, primal or derived) is compiled.
 
     ``format``: ``"text"`` (sections for people), ``"json"`` (the same
@@ -53,11 +53,12 @@ def explain(kernel, format: str = "text", target: str = "openmp",
     code generator whose source is shown (``"openmp"``); ``deterministic``:
     explain the schedule ``pa.compile(k, deterministic=True)`` uses; ``sizes``
     (sizes and integer parameters, e.g. ``{"N": 1000, "steps": 500}``): the
-    checkpointing plan of a derived kernel for a call with these values.
+    checkpointing plan of a derived kernel for a call with these values;
+    ``tile``: explain the schedule ``pa.compile(k, tile=...)`` uses.
     """
     if format not in FORMATS:
         raise ValueError(f"unknown format {format!r}; choose one of {', '.join(FORMATS)}")
-    data = report(kernel, target, deterministic, sizes)
+    data = report(kernel, target, deterministic, sizes, tile)
     if format == "json":
         return json.dumps(data, indent=2) + "\n"
     if format == "dot":
@@ -66,7 +67,7 @@ def explain(kernel, format: str = "text", target: str = "openmp",
 
 
 def report(kernel, target: str = "openmp", deterministic: bool = False,
-           sizes: Optional[dict] = None) -> dict:
+           sizes: Optional[dict] = None, tile=None) -> dict:
     """The report of ``explain`` as a JSON-serialisable dict.
 
     Keys: ``kernel file line target deterministic params result sizes
@@ -76,7 +77,7 @@ def report(kernel, target: str = "openmp", deterministic: bool = False,
     ``checkpoints`` where a derived kernel's loop can be checkpointed
     (``polyad.checkpointing``). ISL objects appear in ISL's own notation.
     """
-    data = artifact_report(artifact_of(kernel, Options(target, deterministic)))
+    data = artifact_report(artifact_of(kernel, Options(target, deterministic, tile=tile)))
     if data["tapes"]:
         limit, source = budget.budget_bytes(getattr(kernel, "memory", None))
         data["memory_budget"] = {"bytes": limit, "source": source}

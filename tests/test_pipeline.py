@@ -197,7 +197,7 @@ def test_internal_failure_names_stage_statement_and_line(monkeypatch):
     """A bug escaping a pass is a pa.InternalError naming the DSL statement, chaining it."""
     from polyad.schedule import gather
 
-    def broken(st, at, model):
+    def broken(st, at, model, outer=0):
         raise KeyError("boom")
 
     monkeypatch.setattr(gather, "_invert", broken)

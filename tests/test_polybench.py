@@ -297,6 +297,16 @@ def test_gradient_of_time_loop_gets_one_region():
     assert len(forks) == forked and all(line.startswith("  #") for line in forks)
 
 
+def test_gradient_of_time_loop_gathers_without_atomics():
+    # each reversed time step scatters d_A into d_B (and back) and zeroes the source:
+    # the zeroing gets a loop of its own, the scatters become gathers inside t
+    dk = pa.vjp(dsl.jacobi_2d, wrt="A")
+    report = json.loads(pa.explain(dk, format="json"))
+    gathers = [d for s in report["statements"] for d in s["scatter_to_gather"].values()]
+    assert len(gathers) == 10 and all(d.startswith("gather inside loop t") for d in gathers)
+    assert "atomic" not in dk.source
+
+
 def test_explain_text_shows_region_and_unit_stride():
     text = pa.explain(dsl.atax)
     assert "decision: unit stride" in text
@@ -308,6 +318,56 @@ def test_triangular_parallel_loops_are_dealt_round_robin():
     # last thread most of the work
     src = dsl.syrk.source
     assert "#pragma omp parallel for schedule(static, 1)" in pragmas(src)
-    assert "#pragma omp parallel for schedule(static)" in pragmas(dsl.gemm.source)
+    assert "#pragma omp parallel for schedule(static)" in pragmas(dsl.gemm.compile(tile=False).source)
     report = json.loads(pa.explain(dsl.syrk, format="json"))
     assert any("round-robin" in w for lp in report["loops"] for w in lp["why"])
+
+
+def schedule_decisions(k, **options) -> list:
+    return json.loads(pa.explain(k, format="json", **options))["schedule_decisions"]
+
+
+def test_products_are_tiled_by_the_cache_model():
+    # gemm's i, k, j nest and 2mm's second product (ISL's fused schedule) run in tiles
+    # whose accesses fit half of L2; the outer tile loop is the parallel one
+    for k in (dsl.gemm, dsl.mm2):
+        tiled = [d for d in schedule_decisions(k) if d.startswith("tiled ")]
+        assert len(tiled) == 1 and "cache model" in tiled[0]
+        assert re.match(r"tiled \d+x\d+x\d+ ", tiled[0])
+    src = dsl.gemm.source
+    assert "#pragma omp parallel for" in src and "pa_imin(" in src
+    assert "for (int64_t i_tile = 0;" in src.split("#pragma omp parallel for")[1].splitlines()[1]
+
+
+def test_dot_products_and_time_loops_are_not_tiled():
+    # syrk's i, j, k schedule sums along its innermost loop in lanes: tiles would only
+    # cut the lanes short; rectangular tiles of a time loop would run steps out of order
+    assert any("innermost loop sums into one element" in d
+               for d in schedule_decisions(dsl.syrk))
+    assert any("dependence would run backwards" in d for d in schedule_decisions(dsl.jacobi_2d))
+    assert not any(d.startswith("tiled ") for d in schedule_decisions(dsl.gemm, tile=False))
+    assert "tiled 64x64x256" not in dsl.gemm.explain(tile=False)
+    assert "pa_imin(" not in dsl.gemm.compile(tile=False).source
+
+
+@pytest.mark.parametrize("name,tile", [("gemm", (2, 3, 2)), ("mm2", (3, 2, 2)),
+                                       ("syrk", (2, 2, 3))])
+def test_tiled_kernels_match_interpreter_with_partial_tiles(name, tile):
+    k = getattr(dsl, name)
+    assert any(d.startswith("tiled " + "x".join(map(str, tile)))
+               for d in schedule_decisions(k, tile=tile))
+    fn = k.compile(tile=tile)
+    rng = np.random.default_rng(9)
+    for size in (1, 2, 3, 4, 7):
+        args, sizes = arguments(k, size, rng)
+        got, want = copies(args), copies(args)
+        fn(**got, **sizes)
+        call_interpreted(k, **want, **sizes)
+        for n, v in want.items():
+            np.testing.assert_allclose(got[n], v, rtol=1e-12, atol=1e-12,
+                                       err_msg=f"{name} tile {tile} size {size}: {n}")
+
+
+def test_tile_option_is_checked():
+    with pytest.raises(ValueError, match="tile must be"):
+        pa.compile(dsl.gemm, tile=(32, 0))

@@ -548,3 +548,58 @@ def test_nests_writing_one_array_fuse_only_without_cross_iteration_dependences(k
     k(x, y, w)
     np.testing.assert_allclose(w, want["w"], rtol=1e-15)
     np.testing.assert_allclose(y, want["y"], rtol=1e-15)
+
+
+@pa.kernel
+def swept_adjoint(a: pa.f64[N], b: pa.f64[N]):
+    # the shape of a time-stepped stencil's adjoint: each sweep scatters one cotangent
+    # into the other and then zeroes it; the next sweep reads what this one wrote
+    for t in range(K):
+        for i in range(1, N - 1):
+            b[i - 1] += 0.5 * a[i]
+            b[i + 1] += 0.25 * a[i]
+            a[i] = 0.0
+        for i in range(1, N - 1):
+            a[i - 1] += 0.5 * b[i]
+            a[i + 1] -= 0.25 * b[i]
+            b[i] = 0.0
+
+
+@pa.kernel
+def zeroing_ahead(a: pa.f64[N], b: pa.f64[N]):
+    for t in range(K):
+        for i in range(1, N - 1):
+            b[i - 1] += a[i]
+            a[i + 1] = 0.0  # zeroes what iteration i + 1 reads: the loop cannot be split
+
+
+def _run_both(k, n, steps):
+    rng = np.random.default_rng(4)
+    args = dict(a=rng.random(n), b=rng.random(n))
+    want = {name: v.copy() for name, v in args.items()}
+    interpret(k.ir, want, dict(N=n, K=steps))
+    got = {name: v.copy() for name, v in args.items()}
+    k(**got, K=steps)
+    for name in args:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-13, atol=1e-13)
+
+
+def test_scatters_under_a_sequential_loop_gather_inside_it():
+    sk = compile_kernel(swept_adjoint.ir).scheduled
+    splits = [d for d in sk.schedule_decisions if "split after its scatters" in d]
+    assert len(splits) == 2  # each sweep's zeroing runs in a loop of its own after it
+    shifted = {_owner(sk, name): d for name, d in sk.gather_decisions.items()}
+    assert set(shifted) == {"S0", "S1", "S3", "S4"}
+    assert all(d.startswith("gather inside loop t") for d in shifted.values())
+    src = swept_adjoint.source
+    assert "atomic" not in src and "omp for" in src
+    for n in (1, 2, 3, 4, 9):
+        _run_both(swept_adjoint, n, 3)
+
+
+def test_loop_is_not_split_when_its_tail_writes_what_other_iterations_read():
+    sk = compile_kernel(zeroing_ahead.ir).scheduled
+    assert not any("split after its scatters" in d for d in sk.schedule_decisions)
+    assert sk.gather_decisions["S0"].startswith("scatter: it reads a, written")
+    for n in (1, 2, 3, 4, 9):
+        _run_both(zeroing_ahead, n, 2)

@@ -19,8 +19,9 @@ from ..progress import StageClock
 from . import nests
 from .cleanup import (forward_copies, fuse_independent_nests, fuse_zero_initialization,
                       remove_dead_statements, updates_in_place)
-from .distribute import expand_and_distribute
+from .distribute import distribute_after_scatters, expand_and_distribute
 from .gather import ascending_order_free_nests, scatter_to_gather, small_target
+from .tiling import tile_schedule
 from .locality import has_strided_inner_loop, strided_inner_accesses, unit_stride_bands
 from .loop_order import expand_reduction_rows, unit_stride_innermost
 from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, dependences,
@@ -333,7 +334,8 @@ def loop_key(node: isl.AstNode) -> Optional[str]:
 def schedule_kernel(kernel: ir.Kernel,
                     score: Callable[[ScheduleCandidate], tuple[int, int]],
                     clock: Optional[StageClock] = None,
-                    unit_stride: bool = False) -> ScheduledKernel:
+                    unit_stride: bool = False,
+                    tile=None) -> ScheduledKernel:
     """Split, prove bounds, compute dependences, build the AST of ``kernel`` with loop facts.
 
     ``score(candidate) -> (parallel, looped)``: the parallel work a target
@@ -347,6 +349,9 @@ def schedule_kernel(kernel: ir.Kernel,
     when the program order walks an array down a column, ISL's schedule as it
     is when as parallel with fewer strided inner accesses
     (``locality.strided_inner_accesses``).
+    ``tile``: tile nests of three or more loops (``tiling.tile_schedule``) when the
+    tiled schedule is legal and as parallel: None with the cache model's sizes, a
+    tuple of sizes, False not at all.
     """
     clock = clock or StageClock(kernel.name)
     n = len(kernel.statements)
@@ -365,6 +370,7 @@ def schedule_kernel(kernel: ir.Kernel,
         split, dead = remove_dead_statements(split, model)
     with clock.stage("expansion", len(split.statements)):
         split, expansions = expand_and_distribute(split, model)
+        split, splits = distribute_after_scatters(split, model)
         split = ascending_order_free_nests(split, model)
     with clock.stage("scatter to gather", len(split.statements)):
         split, gather_decisions = scatter_to_gather(split, model.for_kernel(split))
@@ -448,9 +454,23 @@ def schedule_kernel(kernel: ir.Kernel,
                 f"unit stride: ISL's schedule kept as it is: its innermost loops make "
                 f"{after} strided access{'' if after == 1 else 'es'} in the deepest "
                 f"statements, the program order {before}")
+    if tile is not False:
+        with clock.stage("tiling", n):
+            tiled, tiling = tile_schedule(chosen.schedule, split, model, deps,
+                                          tile if isinstance(tile, tuple) else None)
+        if tiled is not None:
+            with clock.stage("ast", n):
+                other = _candidate(tiled, split, model, deps)
+            if score(other)[0] >= score(chosen)[0]:
+                chosen = other
+                decisions += tiling
+            else:
+                decisions.append("not tiled: the tiled schedule is less parallel")
+        else:
+            decisions += tiling
     return ScheduledKernel(split, model, deps, chosen.schedule, chosen.ast, chosen.loops,
                            requirements, gather_decisions, origin, dead, expansions, fused,
-                           tuple(_in_place_decisions(in_place) + copies + fusions + decisions),
+                           tuple(_in_place_decisions(in_place) + copies + splits + fusions + decisions),
                            loop_orders)
 
 

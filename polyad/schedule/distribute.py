@@ -148,3 +148,147 @@ def _apply(kernel: ir.Kernel, pos: int, c: int, moved: set, expand: set, shape: 
                 position=((pos + 1,) + st.position[1:]) if st.name in moved else st.position)
         out.append(st)
     return dataclasses.replace(kernel, statements=tuple(out), temps=tuple(temps))
+
+
+def _is_scatter(st: ir.Statement) -> bool:
+    """An update ``x[f(i)] += e`` whose index is not the loop variables themselves."""
+    t = st.target
+    return bool(st.loops) and isinstance(t, Load) and st.op in ("+=", "-=") and not (
+        len(t.index) == len(st.loops)
+        and all(isinstance(e, LoopVar) and e.name == lp.var for e, lp in zip(t.index, st.loops)))
+
+
+def _in_loop(kernel: ir.Kernel, st: ir.Statement, depth: int) -> list:
+    """The statements inside ``st``'s loop at ``depth`` (0: its outermost loop)."""
+    return [o for o in kernel.statements
+            if len(o.loops) > depth and o.position[:depth + 1] == st.position[:depth + 1]]
+
+
+def _projected_accesses(model: PolyModel, group: list, c: int, arrays: set):
+    """(writes, touches): the elements of ``arrays`` the statements of ``group`` write,
+    and access at all, as maps from the values of their ``c`` outer loops."""
+    writes = touches = None
+    for st in group:
+        found = [ld for ld in st.reads() if ld.array in arrays]
+        wrote = isinstance(st.target, Load) and st.target.array in arrays
+        if wrote:
+            found.append(st.target)
+        for ld in found:
+            m = model.access_map(st, ld)
+            m = m.project_out(isl.dim_type.in_, c, m.dim(isl.dim_type.in_) - c) \
+                .reset_tuple_id(isl.dim_type.in_)
+            touches = m.to_union_map() if touches is None else touches.union(m)
+            if wrote and ld is st.target:
+                writes = m.to_union_map() if writes is None else writes.union(m)
+    return writes, touches
+
+
+def _conflicts_across_iterations(model: PolyModel, first: list, second: list, outer: int,
+                                 c: int) -> bool:
+    """True if an access of ``first`` and one of ``second`` to the same element, at least
+    one a write, lie in the same iteration of the ``outer`` loops but in different
+    iterations of the ``c`` loops all of them share (memory-based, like
+    ``gather.array_conflicts_carried``)."""
+    arrays = set()
+    for st in first + second:
+        arrays |= {ld.array for ld in st.reads()}
+        if isinstance(st.target, Load):
+            arrays.add(st.target.array)
+    w1, t1 = _projected_accesses(model, first, c, arrays)
+    w2, t2 = _projected_accesses(model, second, c, arrays)
+    pairs = None
+    for w, t in ((w1, t2), (w2, t1)):
+        if w is not None and t is not None:
+            p = w.apply_range(t.reverse())
+            pairs = p if pairs is None else pairs.union(p)
+    if pairs is None:
+        return False
+    for m in maps_of(pairs):
+        same_outer = m
+        for k in range(outer):
+            same_outer = same_outer.equate(isl.dim_type.in_, k, isl.dim_type.out, k)
+        if not within_outer_iterations(same_outer, c):
+            return True
+    return False
+
+
+def distribute_after_scatters(kernel: ir.Kernel, model: Optional[PolyModel] = None) \
+        -> tuple[ir.Kernel, list[str]]:
+    """Split a loop after its scatters when later statements of its body write what they read.
+
+    An adjoint sweep reads a cotangent, scatters it and then zeroes it, in one body:
+
+        for t:  for i, j:  d_B[i, j - 1] += 0.2 * d_A[i, j]; ...; d_A[i, j] = 0
+
+    ``scatter_to_gather`` cannot re-index those scatters in place (a gather reads
+    ``d_A[i, j + 1]``, which iteration ``j + 1`` zeroes). Splitting the loop, the
+    scatters first and the trailing statements in a loop of their own after them,
+    keeps every result when no element is accessed by both parts (at least once
+    written) in different iterations of the split loops within one iteration of
+    the loops around them: each part then sees, at each element, what it saw
+    before. The outermost such loop is split (here ``i``, inside ``t``: splitting
+    ``t`` would run every zeroing after every scatter). Returns the new kernel
+    and one decision per split.
+    """
+    decisions: list[str] = []
+    done: set = set()
+    changed = True
+    while changed:
+        changed = False
+        for st in kernel.statements:
+            if not _is_scatter(st) or st.name in done:
+                continue
+            done.add(st.name)
+            for depth in range(len(st.loops)):
+                split = _split_point(kernel, st, depth, model)
+                if split is not None:
+                    prefix, suffix = split
+                    kernel = _split_loop(kernel, st.position[:depth + 1], suffix)
+                    decisions.append(
+                        f"loop {st.loops[depth].var} (line {st.line}) split after its scatters "
+                        f"({', '.join(o.name for o in prefix if _is_scatter(o))}): "
+                        f"{', '.join(o.name for o in suffix)} write what they read and run in a "
+                        f"loop of their own after them (no element is shared between the two "
+                        f"parts across iterations)")
+                    changed = True
+                    break
+            if changed:
+                break
+    return kernel, decisions
+
+
+def _split_point(kernel: ir.Kernel, st: ir.Statement, depth: int,
+                 model: Optional[PolyModel]) -> Optional[tuple[list, list]]:
+    """(scatters' part, trailing part) of ``st``'s loop at ``depth`` if splitting it is
+    worthwhile (the trailing part writes something a scatter reads) and legal."""
+    body = _in_loop(kernel, st, depth)
+    last = max(o.position[depth + 1:] for o in body if _is_scatter(o))
+    prefix = [o for o in body if o.position[depth + 1:] <= last]
+    suffix = [o for o in body if o.position[depth + 1:] > last]
+    if not suffix:
+        return None
+    read = set().union(*[{ld.array for ld in o.reads()} for o in prefix if _is_scatter(o)])
+    if not any(isinstance(o.target, Load) and o.target.array in read for o in suffix):
+        return None
+    if any(isinstance(o.target, ScalarRef) or o.scalar_reads() for o in body):
+        return None  # scalars: expand_and_distribute's business
+    c = common_depth(body)
+    if _conflicts_across_iterations(model_of(kernel, model), prefix, suffix, depth, c):
+        return None
+    return prefix, suffix
+
+
+def _split_loop(kernel: ir.Kernel, loop_position: tuple, suffix: list) -> ir.Kernel:
+    """Move ``suffix`` (statements of the loop at ``loop_position``) into a copy of that
+    loop right after it; later siblings move one position down."""
+    depth = len(loop_position) - 1
+    moved = {o.name for o in suffix}
+    out = []
+    for st in kernel.statements:
+        p = st.position
+        if len(p) > depth and p[:depth] == loop_position[:depth] and (
+                p[depth] > loop_position[depth] or st.name in moved):
+            p = p[:depth] + (p[depth] + 1,) + p[depth + 1:]
+            st = dataclasses.replace(st, position=p)
+        out.append(st)
+    return dataclasses.replace(kernel, statements=tuple(out))

@@ -13,7 +13,12 @@ The rewrite changes the order in which the statement's instances run, so it
 is only applied when that cannot change a result: inside the statement's
 outermost loop nest the target array is only ever updated by ``+=``/``-=``
 (a sum, whose order does not matter) and never read, and nothing the
-statement reads is written there.
+statement reads is written there. Under a sequential loop (an adjoint's
+reversed time loop, whose other sweeps read the target) the same test is made
+inside one iteration of the outer loops instead: the gather keeps them as its
+outer loops and reorders instances only within one of their iterations, so
+the test covers the statements of the loop that iteration runs the
+statement in.
 """
 
 from __future__ import annotations
@@ -176,43 +181,47 @@ def ascending_order_free_nests(kernel: ir.Kernel, model: Optional[PolyModel] = N
     return dataclasses.replace(kernel, statements=tuple(out))
 
 
-def _invert(st: ir.Statement, at: ir.ArrayType, model: PolyModel):
+def _invert(st: ir.Statement, at: ir.ArrayType, model: PolyModel, outer: int = 0):
     """(free loop indices, inverse pieces) for a gather form of ``st``, or None.
 
-    With as many loops as target dimensions the access itself must be
-    injective. With more loops, some loops stay as inner "free" loops of the
-    gather (``d_x[m, n + k - 2] += ...`` over m, n, k becomes, for each
-    element (m, j), a sum over k): the innermost choice that makes the access
-    plus the free loops injective wins. Free loops must have bounds that do
-    not depend on other loops.
+    The ``outer`` outermost loops stay loops around the gather (each of their
+    iterations gathers what it scattered). With as many other loops as target
+    dimensions the access itself must be injective. With more loops, some loops
+    stay as inner "free" loops of the gather (``d_x[m, n + k - 2] += ...`` over
+    m, n, k becomes, for each element (m, j), a sum over k): the innermost
+    choice that makes the access plus the free loops injective wins. Free
+    loops must have bounds that depend on no loop but the outer ones.
     """
     depth, ndim = len(st.loops), at.ndim
-    if ndim > depth:
+    if ndim > depth - outer:
         return None
     access = model.access_map(st, st.target)
-    for free in itertools.combinations(reversed(range(depth)), depth - ndim):
+    kept_vars = {lp.var for lp in st.loops[:outer]}
+    for free in itertools.combinations(reversed(range(outer, depth)), depth - outer - ndim):
         free = tuple(sorted(free))
-        if any(isinstance(x, LoopVar) for k in free
+        if any(isinstance(x, LoopVar) and x.name not in kept_vars for k in free
                for b in (st.loops[k].lo, st.loops[k].hi) for x in ir.walk(b)):
             continue
-        pieces = inverse_pieces(access, free)
+        pieces = inverse_pieces(access, tuple(range(outer)) + free)
         if pieces is not None:
             return free, pieces
     return None
 
 
-def _target_dim_names(st: ir.Statement, free: tuple) -> list[str]:
+def _target_dim_names(st: ir.Statement, outer: int, free: tuple) -> list[str]:
     """Loop variable names for the target's dimensions: the one original loop
-    variable an index uses when there is one, else the loop at the same depth,
-    else ``j<dim>``; equal names keep pieces of one nest in one loop nest."""
-    taken = {st.loops[k].var for k in free}
+    variable an index uses when there is one, else the loop at the same depth
+    below the ``outer`` loops, else ``j<dim>``; equal names keep pieces of one
+    nest in one loop nest."""
+    taken = {st.loops[k].var for k in tuple(range(outer)) + free}
     names = []
     for d, e in enumerate(st.target.index):
         used = [x.name for x in ir.walk(e) if isinstance(x, LoopVar)]
         if len(set(used)) == 1 and used[0] not in taken:
             name = used[0]
-        elif d < len(st.loops) and d not in free and st.loops[d].var not in taken:
-            name = st.loops[d].var  # e.g. a border piece d_g[0, n]: keep the loop's name
+        elif d + outer < len(st.loops) and d + outer not in free \
+                and st.loops[d + outer].var not in taken:
+            name = st.loops[d + outer].var  # e.g. a border piece d_g[0, n]: keep the loop's name
         else:
             name = f"j{d}"
         while name in taken:
@@ -246,7 +255,6 @@ def scatter_to_gather(kernel: ir.Kernel, model: PolyModel) -> tuple[ir.Kernel, d
     Returns the new kernel and, per original statement name that was a
     scatter, the decision taken ("gather" or why it stays a scatter).
     """
-    nests = loop_nests(kernel)
     params = param_exprs(kernel)
     decisions: dict[str, str] = {}
     out = []
@@ -257,24 +265,34 @@ def scatter_to_gather(kernel: ir.Kernel, model: PolyModel) -> tuple[ir.Kernel, d
             out.append(st)
             continue
         at = kernel.array_type(t.array)
-        why = _legal(st, nests[st.position[0]])
-        if not why and at.ndim < len(st.loops) and small_target(kernel, t.array, [st]):
-            why = f"{t.array!r} is small next to the loops: per-thread copies are cheaper"
+        # The fewest outer loops to keep for which re-ordering is legal (0: the whole
+        # nest); when none is, the whole nest's reason is reported.
+        outer = 0
+        why = whole_nest = _legal(st, _inside_loops(kernel, st, 0))
+        while why and outer + 1 + at.ndim <= len(st.loops):
+            outer += 1
+            why = _legal(st, _inside_loops(kernel, st, outer))
+        if why:
+            outer, why = 0, whole_nest
         found = None
+        if not why and at.ndim < len(st.loops) - outer and small_target(kernel, t.array, [st]):
+            why = f"{t.array!r} is small next to the loops: per-thread copies are cheaper"
         if not why:
-            found = _invert(st, at, model)
+            found = _invert(st, at, model, outer)
             if found is None:
                 why = f"several iterations write the same element of {t.array!r}"
-        if why:
+        if found is None:
             decisions[st.name] = "scatter: " + why
             out.append(st)
             continue
         free, pieces = found
-        names = _target_dim_names(st, free)
-        loops = tuple(Loop(v, ir.Const(0, ir.i64), ext, 1) for v, ext in zip(names, at.shape))
+        kept = tuple(range(outer)) + free
+        names = _target_dim_names(st, outer, free)
+        loops = st.loops[:outer]
+        loops += tuple(Loop(v, ir.Const(0, ir.i64), ext, 1) for v, ext in zip(names, at.shape))
         loops += tuple(st.loops[k] for k in free)
         new_target = Load(t.array, tuple(LoopVar(v) for v in names), t.dtype)
-        all_names = names + [st.loops[k].var for k in free]
+        all_names = names + [st.loops[k].var for k in kept]
         for k, (piece_set, affs) in enumerate(pieces):
             values = {lp.var: aff_to_expr(a, all_names, params)
                       for lp, a in zip(st.loops, affs)}
@@ -285,5 +303,16 @@ def scatter_to_gather(kernel: ir.Kernel, model: PolyModel) -> tuple[ir.Kernel, d
                 conditions=(Condition(cond),), target=new_target,
                 expr=ir.fold_integer_constants(ir.substitute(st.expr, values)),
                 guard=None if st.guard is None else ir.substitute(st.guard, values)))
-        decisions[st.name] = "gather"
+        decisions[st.name] = "gather" if not outer else (
+            f"gather inside loop{'s' if outer > 1 else ''} "
+            f"{', '.join(lp.var for lp in st.loops[:outer])} (each iteration gathers what it "
+            f"scattered: the statement's instances are reordered only within one)")
     return dataclasses.replace(kernel, statements=tuple(out)), decisions
+
+
+def _inside_loops(kernel: ir.Kernel, st: ir.Statement, outer: int) -> list:
+    """The statements that run inside one iteration of ``st``'s ``outer`` outermost loops
+    and share its next loop: those the gather may reorder ``st``'s instances against
+    (``outer`` 0: its whole loop nest)."""
+    return [o for o in kernel.statements
+            if len(o.loops) > outer and o.position[:outer + 1] == st.position[:outer + 1]]

@@ -259,6 +259,17 @@ def _order_dependent(facts: LoopFacts, kernel: ir.Kernel) -> str:
     return ", ".join(floats)
 
 
+def _is_multiple_of(expr: isl.AstExpr, iterator: str) -> bool:
+    """``expr`` is ``T * iterator`` for an integer ``T``."""
+    if expr.get_type() != isl.ast_expr_type.op or expr.get_op_type() != isl.ast_expr_op_type.mul:
+        return False
+    a, b = expr.get_op_arg(0), expr.get_op_arg(1)
+    if a.get_type() != isl.ast_expr_type.int:
+        a, b = b, a
+    return (a.get_type() == isl.ast_expr_type.int and b.get_type() == isl.ast_expr_type.id
+            and b.get_id().get_name() == iterator)
+
+
 def _bounds_use(node: isl.AstNode, iterator: str) -> bool:
     """Some for-node at or below ``node`` has bounds that use ``iterator``."""
     if node.get_type() == isl.ast_node_type.for_:
@@ -510,10 +521,27 @@ class _Planner:
             name = cname(candidates.pop())
             if name not in taken:
                 return name
+        else:
+            # a tile loop: the loops whose start it sets run over one DSL variable v
+            points: set = set()
+            self._collect_tiled_vars(node.for_get_body(), it, points)
+            if len(points) == 1:
+                name = cname(points.pop()) + "_tile"
+                if name not in taken:
+                    return name
         name = it
         while name in taken:
             name = "_" + name
         return name
+
+    def _collect_tiled_vars(self, node, it, out: set):
+        """The DSL variables of the loops below ``node`` that start at ``T * it`` (the
+        point loops of a tile loop ``it``, ``schedule.tiling``)."""
+        if node.get_type() == isl.ast_node_type.for_ and _is_multiple_of(node.for_get_init(), it):
+            self._collect_loop_vars(node.for_get_body(),
+                                    node.for_get_iterator().get_id().get_name(), out)
+        for c in ast_children(node):
+            self._collect_tiled_vars(c, it, out)
 
     def _collect_loop_vars(self, node, it, out: set):
         if node.get_type() == isl.ast_node_type.user:

@@ -1,0 +1,270 @@
+"""Rectangular tiling of loop nests whose deepest statements run in three or more loops.
+
+A matrix product ``C[i, j] += A[i, k] * B[k, j]`` in i, k, j order streams all of
+``B`` once per row of ``C``; cut into tiles of ``T x T x T`` iterations, a tile of
+``B`` is reused for ``T`` rows while it is in cache. The tiled schedule of a nest
+prefixes its loop dimensions with the tile coordinates ``floor(v / T)`` (the
+dimensions that order statements, a position in a loop body, are copied), so that
+the point loops of one tile run inside the tile loops (ISL's ``band_tile`` on the
+flattened schedule). The tiles run in the order of the original loops, which is
+legal exactly when every dependence still goes forward in the tiled schedule: that
+is checked, with every dependence of the nest, instead of assumed (a time loop
+around a stencil fails it: rectangular tiles would run a later step's points before
+an earlier one's neighbours).
+
+Where tiles pay: the innermost loop walks the rows the deepest statements write (a
+product in i, k, j order; a dot product along the innermost loop already runs in
+per-lane sums, and tiling it only cut the lanes short in measurements: syrk, the
+gemm gradient), and some access stays on one element along a tiled loop (reuse
+for the tile to keep; a zeroing nest has none).
+
+Tile sizes come from a cache model: ``T`` for the outer loops and ``4 T`` for the
+innermost (long unit-stride rows), ``T`` the largest power of two from 128 down to
+32 for which a tile's footprint (for each array access of the deepest statements,
+the tile size of the loop each index moves with) takes at most half of one core's
+L2 cache; no tiling when even 32 does not fit (nests of many loops, a
+convolution's). The ``tile`` option of ``pa.compile`` overrides the sizes.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import islpy as isl
+
+from .. import ir
+from ..ir import Load, LoopVar
+from ..poly import Dependences, PolyModel, maps_of
+
+DEFAULT_L2_BYTES = 1 << 20
+LARGEST_TILE = 128
+SMALLEST_TILE = 32
+MIN_TILED_LOOPS = 3
+INNER_FACTOR = 4
+
+
+def l2_cache_bytes() -> int:
+    """One core's L2 cache size (Linux sysfs), or 1 MiB when it cannot be read."""
+    try:
+        text = open("/sys/devices/system/cpu/cpu0/cache/index2/size").read().strip()
+    except OSError:
+        return DEFAULT_L2_BYTES
+    scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:].upper(), 1)
+    try:
+        return int(text.rstrip("KkMm")) * scale
+    except ValueError:
+        return DEFAULT_L2_BYTES
+
+
+def _deepest(nest: list) -> list:
+    depth = max(len(st.loops) for st in nest)
+    return [st for st in nest if len(st.loops) == depth]
+
+
+def footprint_bytes(statements: list, size_of_var: dict) -> int:
+    """Bytes one tile touches: for each distinct array access of ``statements``, the
+    product over its indices of the tile size of the loop variables the index uses
+    (``size_of_var``; 1 for an index that uses none)."""
+    seen = set()
+    total = 0
+    for st in statements:
+        accesses = list(st.reads())
+        if isinstance(st.target, Load):
+            accesses.append(st.target)
+        for ld in accesses:
+            key = (ld.array, ld.index)
+            if key in seen:
+                continue
+            seen.add(key)
+            n = 1
+            for e in ld.index:
+                n *= max([size_of_var.get(x.name, 1) for x in ir.walk(e)
+                          if isinstance(x, LoopVar)], default=1)
+            total += n * max(1, ld.dtype.bits // 8)
+    return total
+
+
+def model_sizes(statements: list, loop_vars: list, l2_bytes: int) -> dict:
+    """Tile size per loop variable (``loop_vars`` outermost first): ``T`` for the outer
+    ones and ``INNER_FACTOR * T`` for the innermost (long unit-stride rows), with ``T``
+    the largest power of two (LARGEST_TILE at most) whose footprint fits half of L2;
+    None when that is below SMALLEST_TILE (many loops: the point loops would be
+    too short to pay for the tile loops)."""
+    t = LARGEST_TILE
+    while t >= SMALLEST_TILE:
+        sizes = {v: t for v in loop_vars}
+        sizes[loop_vars[-1]] = INNER_FACTOR * t
+        if footprint_bytes(statements, sizes) <= l2_bytes // 2:
+            return sizes
+        t //= 2
+    return None
+
+
+def _functions(m: isl.Map) -> list:
+    """The output dimensions of a single-valued schedule map as PwAffs."""
+    pma = isl.PwMultiAff.from_map(m)
+    return [pma.get_pw_aff(k) for k in range(pma.dim(isl.dim_type.out))]
+
+
+def _vars_of(f: isl.PwAff, st: ir.Statement) -> list:
+    """The loop variables of ``st`` a schedule dimension ``f`` of it depends on."""
+    used = set()
+
+    def piece(_, aff: isl.Aff):
+        used.update(k for k in range(len(st.loops))
+                    if not aff.get_coefficient_val(isl.dim_type.in_, k).is_zero())
+
+    f.foreach_piece(piece)
+    return [lp.var for k, lp in enumerate(st.loops) if k in used]
+
+
+def _reused(statements: list, loop_vars: set) -> bool:
+    """Some array access of ``statements`` stays on one element along a tiled loop."""
+    for st in statements:
+        accesses = list(st.reads()) + ([st.target] if isinstance(st.target, Load) else [])
+        for ld in accesses:
+            used = {x.name for e in ld.index for x in ir.walk(e) if isinstance(x, LoopVar)}
+            if loop_vars - used:
+                return True
+    return False
+
+
+def _target_vars(st: ir.Statement) -> set:
+    """The loop variables the element a statement writes depends on."""
+    if not isinstance(st.target, Load):
+        return set()
+    return {x.name for e in st.target.index for x in ir.walk(e) if isinstance(x, LoopVar)}
+
+
+def _bands(funcs: dict, by_name: dict, kernel: ir.Kernel) -> list:
+    """Groups of statements the schedule's outermost dimension does not separate (a
+    top-level nest of the program order, a fused band of ISL's), each with statements
+    in MIN_TILED_LOOPS loops or more and no scalar local (a scalar carried across the
+    loops would need its anti dependences, which the schedule's dependences leave out)."""
+    locals_ = {name for name, _ in kernel.locals}
+    groups: dict = {}
+    for name, f in funcs.items():
+        pieces = f[0].get_pieces() if f and f[0].is_cst() else []
+        key = pieces[0][1].get_constant_val().to_python() if pieces else None
+        groups.setdefault(key, []).append(by_name[name])
+    out = []
+    for group in groups.values():
+        if max(len(st.loops) for st in group) < MIN_TILED_LOOPS:
+            continue
+        if any(isinstance(st.target, ir.ScalarRef) or st.scalar_reads() & locals_
+               for st in group):
+            continue
+        out.append(group)
+    return out
+
+
+def tile_schedule(schedule: isl.Schedule, kernel: ir.Kernel, model: PolyModel,
+                  deps: Dependences, sizes: Optional[tuple] = None,
+                  l2_bytes: Optional[int] = None) -> tuple[Optional[isl.Schedule], list[str]]:
+    """``schedule`` with the nests of three or more loops tiled, and one decision per nest.
+
+    ``sizes``: tile sizes for the loop dimensions of every tiled nest, outermost first
+    (the last repeats for deeper ones); None: the cache model's. Returns (None, reasons)
+    when no nest is tiled.
+    """
+    if max((len(st.loops) for st in kernel.statements), default=0) < MIN_TILED_LOOPS:
+        return None, []
+    l2_bytes = l2_bytes or l2_cache_bytes()
+    flat = schedule.get_map()
+    per_statement = {m.get_tuple_name(isl.dim_type.in_): m for m in maps_of(flat)}
+    width = next(iter(per_statement.values())).dim(isl.dim_type.out)
+    funcs = {name: _functions(m) for name, m in per_statement.items()}
+    tiled: dict[str, tuple[int, int, dict]] = {}  # statement -> (first dim, end dim, T per dim)
+    decisions: list[str] = []
+    by_name = {st.name: st for st in kernel.statements}
+    for group in _bands(funcs, by_name, kernel):
+        deepest = _deepest(group)
+        moving = [k for k in range(width)
+                  if any(not funcs[st.name][k].is_cst() for st in deepest)]
+        dims = {st.name: [_vars_of(funcs[st.name][k], st) for k in moving] for st in deepest}
+        if any(len(vs) != 1 for st in deepest for vs in dims[st.name]):
+            decisions.append(f"not tiled ({deepest[0].name}): a schedule dimension is not "
+                             f"one loop")
+            continue
+        # tiles pay where the innermost loop walks the written rows (a product's
+        # C[i, j] += A[i, k] * B[k, j] in i, k, j order); a dot product along the
+        # innermost loop already runs in lanes: tiled only when sizes are given
+        rows = [st for st in deepest if dims[st.name][-1][0] in _target_vars(st)] or (
+            deepest if sizes else [])
+        if not rows:
+            decisions.append(f"not tiled ({', '.join(st.name for st in deepest)}): the "
+                             f"innermost loop sums into one element (lanes keep it in "
+                             f"registers)")
+            continue
+        dim_vars = [vs[0] for vs in dims[rows[0].name]]
+        if not sizes and not _reused(rows, set(dim_vars)):
+            decisions.append(f"not tiled ({', '.join(st.name for st in rows)}): every access "
+                             f"moves with every loop (no reuse for a tile to keep in cache)")
+            continue
+        if sizes:
+            size_of_var = {v: int(sizes[min(n, len(sizes) - 1)]) for n, v in enumerate(dim_vars)}
+            how = "sizes given"
+        else:
+            size_of_var = model_sizes(rows, dim_vars, l2_bytes)
+            if size_of_var is None:
+                decisions.append(f"not tiled ({', '.join(st.name for st in rows)}): no tile "
+                                 f"of {SMALLEST_TILE} or more per loop fits half of the "
+                                 f"{l2_bytes >> 10} KiB L2")
+                continue
+            how = (f"cache model: a tile's accesses take "
+                   f"{footprint_bytes(rows, size_of_var) >> 10} KiB, at most half of the "
+                   f"{l2_bytes >> 10} KiB L2")
+        size_of = {k: size_of_var[v] for k, v in zip(moving, dim_vars)}
+        plan = {st.name: (moving[0], moving[-1] + 1, size_of) for st in group}
+        if not _respects(_tiled_map(per_statement, funcs, plan), deps, model):
+            decisions.append(f"not tiled ({', '.join(st.name for st in rows)}): a dependence "
+                             f"would run backwards between tiles")
+            continue
+        tiled.update(plan)
+        decisions.append(f"tiled {'x'.join(str(size_of[k]) for k in moving)} (loops "
+                         f"{', '.join(dim_vars)} of {', '.join(st.name for st in rows)}; "
+                         f"{how}; the outer tile loop parallel)")
+    if not tiled:
+        return None, decisions
+    # groups are ordered by the schedule's outermost dimension, which tiling keeps:
+    # each group legal alone makes them legal together
+    out = _tiled_map(per_statement, funcs, tiled)
+    tiled_schedule = isl.Schedule.from_domain(schedule.get_domain()).insert_partial_schedule(
+        isl.MultiUnionPwAff.from_union_map(out))
+    return tiled_schedule, decisions
+
+
+def _tiled_map(per_statement: dict, funcs: dict, tiled: dict) -> isl.UnionMap:
+    """The flat schedule with the tile coordinates ``floor(d / T)`` of dimensions
+    ``[first, end)`` inserted before them for each statement in ``tiled`` (statement ->
+    (first, end, T per dimension); constant dimensions are copied), padded with zeros
+    to one width."""
+    extra = max(end - first for first, end, _ in tiled.values())
+    out = None
+    for name, m in per_statement.items():
+        f = funcs[name]
+        dims = list(f)
+        pad = extra
+        if name in tiled:
+            first, end, size_of = tiled[name]
+            tiles = [f[k].scale_down_val(isl.Val.int_from_si(f[k].get_ctx(), size_of[k])).floor()
+                     if k in size_of and not f[k].is_cst() else f[k]
+                     for k in range(first, end)]
+            dims = f[:first] + tiles + f[first:]
+            pad -= end - first
+        dims += [f[0].scale_val(isl.Val.zero(f[0].get_ctx()))] * pad
+        tiled_map = isl.Map.from_pw_aff(dims[0])
+        for d in dims[1:]:
+            tiled_map = tiled_map.flat_range_product(isl.Map.from_pw_aff(d))
+        piece = tiled_map.intersect_domain(m.domain()).to_union_map()
+        out = piece if out is None else out.union(piece)
+    return out
+
+
+def _respects(schedule_map: isl.UnionMap, deps: Dependences, model: PolyModel) -> bool:
+    """Every dependence goes from an earlier to a later point of ``schedule_map``."""
+    all_deps = deps.all(model.context.get_space())
+    if all_deps.is_empty():
+        return True
+    between = all_deps.apply_domain(schedule_map).apply_range(schedule_map)
+    return all(m.is_subset(isl.Map.lex_lt(m.get_space().domain())) for m in maps_of(between))
