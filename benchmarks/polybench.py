@@ -177,7 +177,7 @@ BENCHES = [
           dict(m=800, n=1000), dict(m=400, n=500), dict(m=5, n=7)),
     Bench("cholesky", "cholesky", "cholesky.c", "kernel_cholesky",
           lambda g, d: dict(n=d["n"], A=_spd(g, d["n"])),
-          dict(n=1000), dict(n=500), dict(n=8)),
+          dict(n=1600), dict(n=800), dict(n=8)),
     Bench("trisolv", "trisolv", "trisolv.c", "kernel_trisolv",
           lambda g, d: dict(n=d["n"], L=np.tril(_unit(g, d["n"], d["n"])) / d["n"]
                             + np.eye(d["n"]), x=np.zeros(d["n"]), b=_r(g, d["n"])),
@@ -203,7 +203,7 @@ BENCHES = [
           dict(nr=150, nq=140, np=160), dict(nr=75, nq=70, np=80), dict(nr=3, nq=4, np=5)),
     Bench("floyd-warshall", "floyd_warshall", "floyd-warshall.c", "kernel_floyd_warshall",
           lambda g, d: dict(n=d["n"], path=_unit(g, d["n"], d["n"]) * 10.0),
-          dict(n=500), dict(n=250), dict(n=9)),
+          dict(n=800), dict(n=400), dict(n=9)),
     Bench("heat-3d", "heat_3d", "heat-3d.c", "kernel_heat_3d",
           lambda g, d: dict(tsteps=d["tsteps"], n=d["n"], A=_r(g, d["n"], d["n"], d["n"]),
                             B=_r(g, d["n"], d["n"], d["n"])),
