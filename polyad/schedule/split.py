@@ -120,7 +120,6 @@ def _flow(model: PolyModel, st: ir.Statement, ld: Load, dom: isl.Set) -> isl.Map
 def _split(kernel: ir.Kernel, model: PolyModel, st: ir.Statement):
     dom = model.domain(st)
     outer, inner = st.loop_vars[0], st.loop_vars[1:]
-    n = len(st.loops)
     loads = [ld for ld in ir.loads(st.expr) if ld.array == st.target.array]
     flows = {id(ld): _flow(model, st, ld, dom) for ld in loads}
     sources = None
@@ -172,7 +171,7 @@ def _split(kernel: ir.Kernel, model: PolyModel, st: ir.Statement):
         buf = _fresh(kernel, f"{st.target.array}_{outer}_{x}")
         buffers[x] = buf
         dtype = st.target.dtype
-        temps.append(ir.Temp(buf, ir.ArrayType(dtype, shape), zero=False, role="expansion",
+        temps.append(ir.Temp(buf, ir.ArrayType(dtype, shape), zero=False, role="copy",
                              holds=f"{st.target.array} where {x} == {outer}, before "
                                    f"{st.name} updates it in iteration {outer}"))
         source_index = tuple(LoopVar(outer) if v == x else LoopVar(v) for v in target_vars)
@@ -197,7 +196,7 @@ def _split(kernel: ir.Kernel, model: PolyModel, st: ir.Statement):
     split_cond = set_to_condition(split_off.gist(dom), names, params)
     # one statement for the split-off instances keeps their program order (the row and
     # the column of floyd-warshall meet at (k, k): neither may run wholly before the other)
-    first = dataclasses.replace(st.split("index set", 0, f"{st.name}_split"),
+    first = dataclasses.replace(st.split("index set", 0, _fresh_statement(kernel, f"{st.name}_split")),
                                 position=(st.position[0], base) + st.position[2:],
                                 conditions=(Condition(split_cond),))
     # (3) each read of the rest: from the copy of x where its element is one x == o writes
@@ -245,7 +244,7 @@ def _split(kernel: ir.Kernel, model: PolyModel, st: ir.Statement):
                                                   if v != x), ld.dtype)
             return None
         out.append(dataclasses.replace(
-            st.split("index set", index + 1, f"{st.name}_rest{index}"),
+            st.split("index set", index + 1, _fresh_statement(kernel, f"{st.name}_rest{index}")),
             position=(st.position[0], base + 1) + st.position[2:],
             conditions=conditions, expr=ir.map_expr(st.expr, fn)))
     eqs = ", ".join(f"{x} == {outer}" for x in equal)
