@@ -196,16 +196,16 @@ def _split(kernel: ir.Kernel, model: PolyModel, st: ir.Statement):
     split_cond = set_to_condition(split_off.gist(dom), names, params)
     # one statement for the split-off instances keeps their program order (the row and
     # the column of floyd-warshall meet at (k, k): neither may run wholly before the other)
-    first = dataclasses.replace(st.split("index set", 0, _fresh_statement(kernel, f"{st.name}_split")),
-                                position=(st.position[0], base) + st.position[2:],
-                                conditions=(Condition(split_cond),))
+    first = dataclasses.replace(
+        st.split("index set", 0, _fresh_statement(kernel, f"{st.name}_split")),
+        position=(st.position[0], base) + st.position[2:], conditions=(Condition(split_cond),))
     # (3) each read of the rest: from the copy of x where its element is one x == o writes
     # and its source is no write earlier in the iteration
     choices = []
     for ld in loads:
         m = flows[id(ld)]
-        new = m.intersect(_same_outer(isl.Map.universe(m.get_space()))).intersect_domain(split_off) \
-            .range()
+        new = m.intersect(_same_outer(isl.Map.universe(m.get_space()))) \
+            .intersect_domain(split_off).range()
         old = rest.subtract(new)
         read = model.access_map(st, ld).intersect_domain(old)
         options, taken = [], None
