@@ -559,7 +559,7 @@ class Param:
         return isinstance(self.type, ArrayType)
 
 
-TEMP_ROLES = ("user", "primal", "tape", "adjoint", "expansion")
+TEMP_ROLES = ("user", "primal", "tape", "adjoint", "expansion", "copy")
 
 
 @dataclass(frozen=True)
@@ -568,8 +568,10 @@ class Temp:
 
     ``role`` says what made it: ``user`` (``pa.zeros`` / ``pa.empty`` in the DSL),
     ``primal`` (a derived kernel's copy of a primal output or in-out array), ``tape``
-    (values reverse mode stores for the adjoint), ``adjoint`` (the adjoint of an array)
-    or ``expansion`` (a scalar local expanded to an array by loop distribution).
+    (values reverse mode stores for the adjoint), ``adjoint`` (the adjoint of an array),
+    ``expansion`` (a scalar local expanded to an array by loop distribution) or
+    ``copy`` (old values of array elements that index-set splitting keeps across their
+    update, ``schedule.split``).
     ``holds`` describes its content in DSL terms where the name does not (a tape: the
     value taped and the statement that reads it).
     """

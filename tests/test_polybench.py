@@ -175,26 +175,33 @@ def test_time_loop_is_one_parallel_region(name):
 
 def test_floyd_warshall_has_at_most_one_parallel_region_per_k():
     # ISL's schedule is an anti-diagonal wavefront with a parallel innermost loop: a
-    # synchronization per (k, diagonal) for one diagonal's work, at stride N - 1. The
-    # plan leaves such loops sequential, so the program order (unit stride) is kept
+    # synchronization per (k, diagonal) for one diagonal's work, at stride N - 1. Index-set
+    # splitting runs row and column k first (from copies of their old values where the
+    # program order reads those), the rest as parallel (i, j) nests with j unit-stride
+    # innermost, all inside one thread team around k
     src = dsl.floyd_warshall.source
     regions, shared, forked = region_shape(src)
-    assert forked == 0 and regions <= 1
+    assert forked == 0 and regions == 1 and shared >= 2
     assert loop_of(src, "path[i * N + j] = ") == "j"
+    assert re.search(r"#pragma omp parallel\n\s*for \(int64_t k ", src)
+    assert re.search(r"#pragma omp for schedule\(static\)\n\s*for \(int64_t i = \(k \+ 1\)",
+                     src)
     report = json.loads(pa.explain(dsl.floyd_warshall, format="json"))
     assert report["schedule_origin"].startswith("program order")
+    assert any(d.startswith("split i == k, j == k off loop k's nest")
+               for d in report["schedule_decisions"])
 
 
 def test_thin_innermost_parallel_loop_is_left_sequential():
     # the wavefront kernel of test_schedule has one loop above its parallel one: kept;
     # floyd-warshall's ISL schedule (two loops above an innermost parallel loop) is not
-    from polyad.pipeline import compile_kernel
+    # (the kernel as written: the schedule stage splits it, see the test above)
     from polyad.schedule.build import _candidate, _isl_schedule
-    from polyad.poly import dependences
+    from polyad.poly import PolyModel, dependences
     from polyad.target.openmp import plan
-    sk = compile_kernel(dsl.floyd_warshall.ir).scheduled
-    isl_schedule = _isl_schedule(sk.model, dependences(sk.model))
-    cand = _candidate(isl_schedule, sk.kernel, sk.model, sk.deps)
+    model = PolyModel(dsl.floyd_warshall.ir)
+    deps = dependences(model)
+    cand = _candidate(_isl_schedule(model, deps), dsl.floyd_warshall.ir, model, deps)
     loops = plan(cand).loops.values()
     parallel = [lp for lp in loops if lp.facts.parallel]
     assert parallel and not any(lp.threads for lp in loops)

@@ -21,6 +21,7 @@ from .cleanup import (forward_copies, fuse_independent_nests, fuse_zero_initiali
                       remove_dead_statements, updates_in_place)
 from .distribute import distribute_after_scatters, expand_and_distribute
 from .gather import ascending_order_free_nests, scatter_to_gather, small_target
+from .split import split_conflicting_instances
 from .tiling import tile_schedule
 from .locality import has_strided_inner_loop, strided_inner_accesses, unit_stride_bands
 from .loop_order import expand_reduction_rows, unit_stride_innermost
@@ -380,6 +381,8 @@ def schedule_kernel(kernel: ir.Kernel,
         split, loop_orders = expand_reduction_rows(split, model)
         split, reordered = unit_stride_innermost(split)
         loop_orders.update(reordered)
+    with clock.stage("index-set splitting", len(split.statements)):
+        split, index_splits = split_conflicting_instances(split, model)
     n = len(split.statements)
     model = model.for_kernel(split)
     with clock.stage("bounds", n):
@@ -470,7 +473,8 @@ def schedule_kernel(kernel: ir.Kernel,
             decisions += tiling
     return ScheduledKernel(split, model, deps, chosen.schedule, chosen.ast, chosen.loops,
                            requirements, gather_decisions, origin, dead, expansions, fused,
-                           tuple(_in_place_decisions(in_place) + copies + splits + fusions + decisions),
+                           tuple(_in_place_decisions(in_place) + copies + splits + fusions + index_splits
+                                 + decisions),
                            loop_orders)
 
 

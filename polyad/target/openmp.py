@@ -544,12 +544,15 @@ class _Planner:
             self._collect_tiled_vars(c, it, out)
 
     def _collect_loop_vars(self, node, it, out: set):
+        # (where several loop variables of a statement take the loop's value, the others
+        # are fixed equal to the outermost by a condition: ``i == k`` of a split-off row)
         if node.get_type() == isl.ast_node_type.user:
             for st, call in user_statements(node, self.by_name):
                 for k in range(1, call.get_op_n_arg()):
                     a = call.get_op_arg(k)
                     if a.get_type() == isl.ast_expr_type.id and a.get_id().get_name() == it:
                         out.add(st.loop_vars[k - 1])
+                        break
             return
         for c in ast_children(node):
             self._collect_loop_vars(c, it, out)
