@@ -76,7 +76,9 @@ def _deepest(nest: list) -> list:
 def footprint_bytes(statements: list, size_of_var: dict) -> int:
     """Bytes one tile touches: for each distinct array access of ``statements``, the
     product over its indices of the tile size of the loop variables the index uses
-    (``size_of_var``; 1 for an index that uses none)."""
+    (``size_of_var``; 1 for an index that uses none). Accesses of one array whose
+    indices use the same loop variables (a stencil's neighbours, ``A[i - 1, j]`` and
+    ``A[i, j]``) count once: their tiles overlap but for a border."""
     seen = set()
     total = 0
     for st in statements:
@@ -84,14 +86,15 @@ def footprint_bytes(statements: list, size_of_var: dict) -> int:
         if isinstance(st.target, Load):
             accesses.append(st.target)
         for ld in accesses:
-            key = (ld.array, ld.index)
+            index_vars = tuple(frozenset(x.name for x in ir.walk(e) if isinstance(x, LoopVar))
+                               for e in ld.index)
+            key = (ld.array, index_vars)
             if key in seen:
                 continue
             seen.add(key)
             n = 1
-            for e in ld.index:
-                n *= max([size_of_var.get(x.name, 1) for x in ir.walk(e)
-                          if isinstance(x, LoopVar)], default=1)
+            for names in index_vars:
+                n *= max([size_of_var.get(v, 1) for v in names], default=1)
             total += n * max(1, ld.dtype.bits // 8)
     return total
 
