@@ -381,6 +381,7 @@ def test_stencil_time_loops_are_time_skewed():
     assert "time-skewed tiled 8x16x32" in dsl.jacobi_2d.explain(tile=(8, 16, 32))
     src = dsl.jacobi_2d.compile(tile=(8, 16, 32)).source
     assert region_shape(src) == (1, 1, 0)
+    assert "for (int64_t i_tile = " in src and "for (int64_t j_skewed = " in src
     assert not any(d.startswith("time-skewed") for d in
                    schedule_decisions(dsl.jacobi_2d, tile=False))
 
