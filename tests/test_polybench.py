@@ -406,6 +406,31 @@ def test_time_skew_is_refused_when_no_small_factor_makes_the_band_permutable():
     assert not any(d.startswith(("tiled", "time-skewed")) for d in decisions)
 
 
+def test_dependence_check_refuses_wavefront_tiles_without_the_skew():
+    # jacobi-2d's program-order schedule is [0, t, place, i, 0, j, 0]: wavefronts of
+    # 4x4x4 tiles of the skewed band pass the check, of the unskewed one they do not
+    # (B[i, j] at step t + 1 reads A[i + 1, j], which step t writes in a tile with a
+    # larger i coordinate)
+    import islpy as isl
+    from polyad.pipeline import Options, compile_kernel
+    from polyad.poly import maps_of
+    from polyad.schedule import tiling
+
+    sk = compile_kernel(dsl.jacobi_2d.ir, Options(tile=False)).scheduled
+    per_statement = {m.get_tuple_name(isl.dim_type.in_): m
+                     for m in maps_of(sk.schedule.get_map())}
+    funcs = {n: tiling._functions(m) for n, m in per_statement.items()}
+    group = list(sk.kernel.statements)
+    skewed, factors = tiling._time_skew(group, per_statement, funcs, [1, 3, 5], sk.deps,
+                                        sk.model)
+    assert factors == [1, 1]
+    plan = {st.name: (1, 6, {1: 4, 3: 4, 5: 4}, True) for st in group}
+    assert tiling._respects(tiling._tiled_map(per_statement, {**funcs, **skewed}, plan),
+                            sk.deps, sk.model)
+    assert not tiling._respects(tiling._tiled_map(per_statement, funcs, plan), sk.deps,
+                                sk.model)
+
+
 @pytest.mark.parametrize("name,tile", [("jacobi_2d", (2, 3, 2)), ("jacobi_2d", (2, 1, 4)),
                                        ("jacobi_2d", None), ("heat_3d", (2, 3, 2, 2))])
 def test_time_skewed_stencils_match_interpreter_with_partial_tiles(name, tile):
