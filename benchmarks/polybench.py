@@ -233,7 +233,7 @@ def copy(args: dict) -> dict:
 class Row:
     """The three implementations of one bench at one size, each ``run(args) -> outputs``."""
 
-    def __init__(self, b: Bench, dims: dict, polly: bool):
+    def __init__(self, b: Bench, dims: dict, polly: bool, tile=None):
         self.b, self.dims = b, dims
         k = getattr(dsl, b.kernel)
         self.kernel = k
@@ -251,6 +251,8 @@ class Row:
             self.outputs = [b.wrt + "_bar"]
             self.fn = pa.vjp(k, wrt=b.wrt)
             self.pa_args = [p.name for p in k.ir.params] + [o + "_bar" for o in outs]
+        if tile is not None:
+            self.fn = self.fn.compile(tile=tile)
         self.d_out = None
 
     def run_c(self, which: str, a: dict) -> dict:
@@ -306,8 +308,8 @@ def timed(fn, args: dict, repeat: int, stat: str) -> float:
 TOLERANCE = 1e-9
 
 
-def check(b: Bench, polly: bool) -> dict:
-    row = Row(b, b.small, polly)
+def check(b: Bench, polly: bool, tile=None) -> dict:
+    row = Row(b, b.small, polly, tile)
     errs = compare(row, b.make(np.random.default_rng(3), b.small))
     bad = {k: e for k, e in errs.items() if not e <= TOLERANCE}
     if bad:
@@ -315,8 +317,8 @@ def check(b: Bench, polly: bool) -> dict:
     return errs
 
 
-def measure(b: Bench, dims: dict, repeat: int, stat: str, polly: bool) -> dict:
-    row = Row(b, dims, polly)
+def measure(b: Bench, dims: dict, repeat: int, stat: str, polly: bool, tile=None) -> dict:
+    row = Row(b, dims, polly, tile)
     args = b.make(np.random.default_rng(1), dims)
     errs = compare(row, args)  # also compiles polyad's kernel
     out = {"err": errs["polyad"]}
@@ -337,11 +339,16 @@ def main(argv=None):
     ap.add_argument("--stat", choices=sorted(STAT), default="median")
     ap.add_argument("--only", nargs="+", metavar="NAME", help="these rows only (names as printed)")
     ap.add_argument("--no-polly", action="store_true", help="skip the Polly column")
+    ap.add_argument("--tile", default=None, metavar="off|T,T,...",
+                    help="polyad's tile option: off (tile=False) or sizes (default: the "
+                         "cache model's)")
     args = ap.parse_args(argv)
+    tile = (None if args.tile is None else False if args.tile == "off"
+            else tuple(int(t) for t in args.tile.split(",")))
     polly = shutil.which(POLLY) is not None and not args.no_polly
     benches = [b for b in BENCHES if not args.only or b.name in args.only]
     for b in benches:
-        check(b, polly)
+        check(b, polly, tile)
     print(f"checked {len(benches)} kernels against gcc at small sizes"
           f"{' (and Polly)' if polly else ''}: outputs equal to {TOLERANCE:g}")
     if args.check:
@@ -349,7 +356,7 @@ def main(argv=None):
     repeat = args.repeat or (3 if args.quick else 5)
     print(f"PolyBench: polyad ({THREADS} threads) vs gcc -O3 -march=native sequential"
           f"{' and clang-14 Polly (' + str(THREADS) + ' threads)' if polly else ' (no clang-14: no Polly column)'}; "
-          f"{args.stat} of {repeat}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+          f"{args.stat} of {repeat}; tile {args.tile or 'model'}; load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     head = (f"| {'kernel':<16} | {'sizes':<30} | {'gcc s':>8} | {'polly s':>8} | {'polyad s':>8} "
             f"| {'gcc/pa':>6} | {'polly/pa':>8} | {'err':>7} |")
     print(head)
@@ -358,7 +365,7 @@ def main(argv=None):
     for b in benches:
         dims = b.quick if args.quick else b.bench
         text = " ".join(f"{n}={v}" for n, v in dims.items())
-        r = measure(b, dims, repeat, args.stat, polly)
+        r = measure(b, dims, repeat, args.stat, polly, tile)
         speed_gcc.append(r["gcc"] / r["polyad"])
         pol = f"{r['polly']:8.4f}" if polly else f"{'-':>8}"
         pol_ratio = f"{r['polly'] / r['polyad']:8.2f}" if polly else f"{'-':>8}"

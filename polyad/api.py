@@ -237,9 +237,11 @@ def compile(k: Kernel, target: str = "openmp", sanitize: Optional[str] = None,
     floating-point sums (reduction clauses, privatized copies, atomics): the
     result is the same bit for bit on every run and any number of threads.
     ``tile``: nests of three or more loops (a matrix product's) run in rectangular
-    tiles whose sizes a cache model picks (None), of the given sizes
+    tiles, a stencil's time loop in time-skewed tiles (parallelograms, in parallel
+    wavefronts), whose sizes a cache model picks (None), of the given sizes
     (``tile=(32, 32, 64)``, outermost loop first), or untiled (``tile=False``);
-    ``pa.explain`` shows the decision ("tiled 128x128x128").
+    ``pa.explain`` shows the decision ("tiled 128x128x128", "time-skewed tiled
+    64x64x256").
     """
     if not isinstance(k, Kernel):
         raise TypeError(f"pa.compile() takes a @pa.kernel, got {type(k).__name__}")

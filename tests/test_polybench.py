@@ -167,7 +167,8 @@ def region_shape(src: str) -> tuple[int, int, int]:
 def test_time_loop_is_one_parallel_region(name):
     # a sequential time loop around parallel sweeps: one thread team for all steps,
     # a worksharing loop per sweep (a barrier each) instead of a fork/join per sweep
-    src = getattr(dsl, name).source
+    # (untiled: jacobi-2d's time-skewed tiles have one region around the wavefronts)
+    src = getattr(dsl, name).compile(tile=False).source
     regions, shared, forked = region_shape(src)
     assert regions == 1 and forked == 0 and shared >= 2
     assert re.search(r"#pragma omp parallel\n\s*for \(int64_t t ", src)
@@ -351,7 +352,7 @@ def test_dot_products_and_time_loops_are_not_tiled():
     # cut the lanes short; rectangular tiles of a time loop would run steps out of order
     assert any("innermost loop sums into one element" in d
                for d in schedule_decisions(dsl.syrk))
-    assert any("dependence would run backwards" in d for d in schedule_decisions(dsl.jacobi_2d))
+    assert any("dependence would run backwards" in d for d in schedule_decisions(dsl.fdtd_2d))
     assert not any(d.startswith("tiled ") for d in schedule_decisions(dsl.gemm, tile=False))
     assert "tiled 64x64x256" not in dsl.gemm.explain(tile=False)
     assert "pa_imin(" not in dsl.gemm.compile(tile=False).source
@@ -366,6 +367,85 @@ def test_tiled_kernels_match_interpreter_with_partial_tiles(name, tile):
     fn = k.compile(tile=tile)
     rng = np.random.default_rng(9)
     for size in (1, 2, 3, 4, 7):
+        args, sizes = arguments(k, size, rng)
+        got, want = copies(args), copies(args)
+        fn(**got, **sizes)
+        call_interpreted(k, **want, **sizes)
+        for n, v in want.items():
+            np.testing.assert_allclose(got[n], v, rtol=1e-12, atol=1e-12,
+                                       err_msg=f"{name} tile {tile} size {size}: {n}")
+
+
+def test_stencil_time_loops_are_time_skewed():
+    # jacobi-2d's two statements per step (B from A at 2t, A from B at 2t + 1) read
+    # their neighbours one step back: i and j skewed by 1 per half step make every
+    # dependence distance non-negative; the tiles of a wavefront run in parallel
+    decisions = [d for d in schedule_decisions(dsl.jacobi_2d, tile=(8, 16, 32))
+                 if d.startswith("time-skewed tiled ")]
+    assert len(decisions) == 1 and decisions[0].startswith("time-skewed tiled 8x16x32 ")
+    assert "i + 1*(2*t + statement), j + 1*(2*t + statement)" in decisions[0]
+    assert "wavefronts" in decisions[0]
+    assert "time-skewed tiled 8x16x32" in dsl.jacobi_2d.explain(tile=(8, 16, 32))
+    src = dsl.jacobi_2d.compile(tile=(8, 16, 32)).source
+    assert region_shape(src) == (1, 1, 0)
+    assert "for (int64_t i_tile = " in src and "for (int64_t j_skewed = " in src
+    assert not any(d.startswith("time-skewed") for d in
+                   schedule_decisions(dsl.jacobi_2d, tile=False))
+
+
+def test_time_skew_is_refused_when_no_small_factor_makes_the_band_permutable():
+    # B[i, j] reads A eight columns on, which the previous step wrote: only a skew of
+    # 8 per half step would make the distance non-negative
+    N, TSTEPS = dsl.N, dsl.TSTEPS
+
+    @pa.kernel
+    def far_shift(A: pa.f64[N, N], B: pa.f64[N, N]):
+        for t in range(TSTEPS):
+            for i in range(N):
+                for j in range(N - 8):
+                    B[i, j] = 0.5 * A[i, j + 8]
+            for i in range(N):
+                for j in range(N - 8):
+                    A[i, j] = B[i, j]
+
+    decisions = schedule_decisions(far_shift, tile=(2, 2, 2))
+    assert any("no skew of the space by the time (at most 4 per step" in d for d in decisions)
+    assert not any(d.startswith(("tiled", "time-skewed")) for d in decisions)
+
+
+def test_dependence_check_refuses_wavefront_tiles_without_the_skew():
+    # jacobi-2d's program-order schedule is [0, t, place, i, 0, j, 0]: wavefronts of
+    # 4x4x4 tiles of the skewed band pass the check, of the unskewed one they do not
+    # (B[i, j] at step t + 1 reads A[i + 1, j], which step t writes in a tile with a
+    # larger i coordinate)
+    import islpy as isl
+    from polyad.pipeline import Options, compile_kernel
+    from polyad.poly import maps_of
+    from polyad.schedule import tiling
+
+    sk = compile_kernel(dsl.jacobi_2d.ir, Options(tile=False)).scheduled
+    per_statement = {m.get_tuple_name(isl.dim_type.in_): m
+                     for m in maps_of(sk.schedule.get_map())}
+    funcs = {n: tiling._functions(m) for n, m in per_statement.items()}
+    group = list(sk.kernel.statements)
+    skewed, factors = tiling._time_skew(group, per_statement, funcs, [1, 3, 5], sk.deps,
+                                        sk.model)
+    assert factors == [1, 1]
+    plan = {st.name: (1, 6, {1: 4, 3: 4, 5: 4}, True) for st in group}
+    assert tiling._respects(tiling._tiled_map(per_statement, {**funcs, **skewed}, plan),
+                            sk.deps, sk.model)
+    assert not tiling._respects(tiling._tiled_map(per_statement, funcs, plan), sk.deps,
+                                sk.model)
+
+
+@pytest.mark.parametrize("name,tile", [("jacobi_2d", (2, 3, 2)), ("jacobi_2d", (2, 1, 4)),
+                                       ("jacobi_2d", None), ("heat_3d", (2, 3, 2, 2))])
+def test_time_skewed_stencils_match_interpreter_with_partial_tiles(name, tile):
+    k = getattr(dsl, name)
+    assert any(d.startswith("time-skewed tiled ") for d in schedule_decisions(k, tile=tile))
+    fn = k.compile(tile=tile)
+    rng = np.random.default_rng(11)
+    for size in (1, 2, 3, 4, 9):
         args, sizes = arguments(k, size, rng)
         got, want = copies(args), copies(args)
         fn(**got, **sizes)

@@ -1,4 +1,5 @@
-"""Rectangular tiling of loop nests whose deepest statements run in three or more loops.
+"""Tiling of loop nests whose deepest statements run in three or more loops: rectangular,
+or time-skewed for stencils.
 
 A matrix product ``C[i, j] += A[i, k] * B[k, j]`` in i, k, j order streams all of
 ``B`` once per row of ``C``; cut into tiles of ``T x T x T`` iterations, a tile of
@@ -11,6 +12,16 @@ legal exactly when every dependence still goes forward in the tiled schedule: th
 is checked, with every dependence of the nest, instead of assumed (a time loop
 around a stencil fails it: rectangular tiles would run a later step's points before
 an earlier one's neighbours).
+
+A stencil's time loop fails that check, but its dependences have bounded distances:
+skewing each space dimension by the time, ``i + s * tau`` (``tau = P * t + p``, the
+``p``-th of the ``P`` statements of a time step; the least ``s`` that makes every
+dependence distance non-negative, computed by ISL from the distances), makes the band
+permutable. Its rectangular tiles (parallelograms in the original space) are legal,
+and a dependence only joins tiles whose coordinates have a larger sum: the tiles run
+in wavefronts (that sum, a sequential loop), the tiles of one wavefront in a parallel
+loop (the time tile coordinate, which the wavefront fixes, is dropped). The tiled
+schedule is checked like a rectangular one.
 
 Where tiles pay: the innermost loop walks the rows the deepest statements write (a
 product in i, k, j order; a dot product along the innermost loop already runs in
@@ -41,6 +52,7 @@ LARGEST_TILE = 128
 SMALLEST_TILE = 32
 MIN_TILED_LOOPS = 3
 INNER_FACTOR = 4
+MAX_SKEW = 4
 
 
 def l2_cache_bytes() -> int:
@@ -64,7 +76,9 @@ def _deepest(nest: list) -> list:
 def footprint_bytes(statements: list, size_of_var: dict) -> int:
     """Bytes one tile touches: for each distinct array access of ``statements``, the
     product over its indices of the tile size of the loop variables the index uses
-    (``size_of_var``; 1 for an index that uses none)."""
+    (``size_of_var``; 1 for an index that uses none). Accesses of one array whose
+    indices use the same loop variables (a stencil's neighbours, ``A[i - 1, j]`` and
+    ``A[i, j]``) count once: their tiles overlap but for a border."""
     seen = set()
     total = 0
     for st in statements:
@@ -72,14 +86,15 @@ def footprint_bytes(statements: list, size_of_var: dict) -> int:
         if isinstance(st.target, Load):
             accesses.append(st.target)
         for ld in accesses:
-            key = (ld.array, ld.index)
+            index_vars = tuple(frozenset(x.name for x in ir.walk(e) if isinstance(x, LoopVar))
+                               for e in ld.index)
+            key = (ld.array, index_vars)
             if key in seen:
                 continue
             seen.add(key)
             n = 1
-            for e in ld.index:
-                n *= max([size_of_var.get(x.name, 1) for x in ir.walk(e)
-                          if isinstance(x, LoopVar)], default=1)
+            for names in index_vars:
+                n *= max([size_of_var.get(v, 1) for v in names], default=1)
             total += n * max(1, ld.dtype.bits // 8)
     return total
 
@@ -215,15 +230,39 @@ def tile_schedule(schedule: isl.Schedule, kernel: ir.Kernel, model: PolyModel,
                    f"{footprint_bytes(rows, size_of_var) >> 10} KiB, at most half of the "
                    f"{l2_bytes >> 10} KiB L2")
         size_of = {k: size_of_var[v] for k, v in zip(moving, dim_vars)}
-        plan = {st.name: (moving[0], moving[-1] + 1, size_of) for st in group}
-        if not _respects(_tiled_map(per_statement, funcs, plan), deps, model):
-            decisions.append(f"not tiled ({', '.join(st.name for st in rows)}): a dependence "
-                             f"would run backwards between tiles")
+        plan = {st.name: (moving[0], moving[-1] + 1, size_of, False) for st in group}
+        sizes_text = 'x'.join(str(size_of[k]) for k in moving)
+        if _respects(_tiled_map(per_statement, funcs, plan), deps, model):
+            tiled.update(plan)
+            decisions.append(f"tiled {sizes_text} (loops {', '.join(dim_vars)} of "
+                             f"{', '.join(st.name for st in rows)}; {how}; the outer tile "
+                             f"loop parallel)")
             continue
+        skew = (_time_skew(group, per_statement, funcs, moving, deps, model)
+                if len(deepest) == len(group) else None)
+        if skew is None:
+            decisions.append(f"not tiled ({', '.join(st.name for st in rows)}): a dependence "
+                             f"would run backwards between tiles, and no skew of the space "
+                             f"by the time (at most {MAX_SKEW} per step, every statement in "
+                             f"all the loops) makes every distance non-negative")
+            continue
+        skewed, factors = skew
+        plan = {st.name: (moving[0], moving[-1] + 1, size_of, True) for st in group}
+        if not _respects(_tiled_map(per_statement, {**funcs, **skewed}, plan), deps, model):
+            decisions.append(f"not tiled ({', '.join(st.name for st in rows)}): a dependence "
+                             f"would run backwards between time-skewed tiles")
+            continue
+        funcs.update(skewed)
         tiled.update(plan)
-        decisions.append(f"tiled {'x'.join(str(size_of[k]) for k in moving)} (loops "
-                         f"{', '.join(dim_vars)} of {', '.join(st.name for st in rows)}; "
-                         f"{how}; the outer tile loop parallel)")
+        steps = len({_position(funcs[st.name], moving) for st in group})
+        time = dim_vars[0] if steps == 1 else f"{steps}*{dim_vars[0]} + statement"
+        decisions.append(
+            f"time-skewed tiled {sizes_text} (loops {', '.join(dim_vars)} of "
+            f"{', '.join(st.name for st in rows)}; space skewed by the time "
+            f"{time}: " + ", ".join(f"{v} + {s}*({time})" for v, s in zip(dim_vars[1:], factors))
+            + f", factors from the dependence distances; {how}; parallelogram tiles run in "
+            f"wavefronts (the sum of the tile coordinates), the tile loop inside a wavefront "
+            f"parallel)")
     if not tiled:
         return None, decisions
     # groups are ordered by the schedule's outermost dimension, which tiling keeps:
@@ -237,21 +276,32 @@ def tile_schedule(schedule: isl.Schedule, kernel: ir.Kernel, model: PolyModel,
 def _tiled_map(per_statement: dict, funcs: dict, tiled: dict) -> isl.UnionMap:
     """The flat schedule with the tile coordinates ``floor(d / T)`` of dimensions
     ``[first, end)`` inserted before them for each statement in ``tiled`` (statement ->
-    (first, end, T per dimension); constant dimensions are copied), padded with zeros
-    to one width."""
-    extra = max(end - first for first, end, _ in tiled.values())
+    (first, end, T per dimension, wavefront)), padded with zeros to one width.
+
+    Without wavefront, constant dimensions are copied among the tile coordinates. With
+    wavefront (time-skewed tiles), the tile coordinates are the wavefront, the sum of
+    the moving dimensions' tile coordinates, then those of every moving dimension but
+    the first (the time, which the wavefront and the others determine): the tiles of
+    one wavefront run in a loop of their own."""
+    extra = max(end - first for first, end, _, _ in tiled.values())
     out = None
     for name, m in per_statement.items():
         f = funcs[name]
         dims = list(f)
         pad = extra
         if name in tiled:
-            first, end, size_of = tiled[name]
+            first, end, size_of, wavefront = tiled[name]
             tiles = [f[k].scale_down_val(isl.Val.int_from_si(f[k].get_ctx(), size_of[k])).floor()
                      if k in size_of and not f[k].is_cst() else f[k]
                      for k in range(first, end)]
+            if wavefront:
+                moving = [tiles[k - first] for k in sorted(size_of)]
+                front = moving[0]
+                for tile in moving[1:]:
+                    front = front.add(tile)
+                tiles = [front] + moving[1:]
             dims = f[:first] + tiles + f[first:]
-            pad -= end - first
+            pad -= len(tiles)
         dims += [f[0].scale_val(isl.Val.zero(f[0].get_ctx()))] * pad
         tiled_map = isl.Map.from_pw_aff(dims[0])
         for d in dims[1:]:
@@ -259,6 +309,77 @@ def _tiled_map(per_statement: dict, funcs: dict, tiled: dict) -> isl.UnionMap:
         piece = tiled_map.intersect_domain(m.domain()).to_union_map()
         out = piece if out is None else out.union(piece)
     return out
+
+
+def _position(f: list, moving: list) -> tuple:
+    """A statement's place in the body of the time loop: its constant schedule
+    dimensions between the first two moving ones."""
+    return tuple(f[k].get_pieces()[0][1].get_constant_val().to_python()
+                 for k in range(moving[0] + 1, moving[1]))
+
+
+def _time_skew(group: list, per_statement: dict, funcs: dict, moving: list,
+               deps: Dependences, model: PolyModel) -> Optional[tuple[dict, list]]:
+    """The schedule functions of ``group`` with each space dimension (the moving ones
+    after the first, the time loop) skewed by the time: ``d + s * tau``, ``tau = P * t
+    + p`` with ``p`` a statement's place among the ``P`` places in the time loop's body
+    (jacobi's two statements per step: B from A at 2t, A from B at 2t + 1), and the
+    factors ``s``; None when no factor up to MAX_SKEW makes every dependence of the
+    group go forward (or stay) along every skewed dimension.
+
+    The factor of a dimension is the least ``s`` with ``delta d + s * delta tau >= 0``
+    over the dependence distances (ISL computes them); with every distance
+    non-negative along the time and the skewed dimensions, the band is permutable:
+    rectangular tiles of it are legal, and no dependence joins two tiles whose
+    coordinates have the same sum (one wavefront)."""
+    if len(moving) < 2 or any(f[k].is_cst() for st in group for f in [funcs[st.name]]
+                              for k in moving):
+        return None
+    if any(not funcs[st.name][k].is_cst() for st in group
+           for k in range(moving[0] + 1, moving[1])):
+        return None
+    places = sorted({_position(funcs[st.name], moving) for st in group})
+    steps = len(places)
+    taus = {}
+    for st in group:
+        f = funcs[st.name]
+        taus[st.name] = f[moving[0]].scale_val(isl.Val.int_from_si(f[0].get_ctx(), steps)) \
+            .add_constant_val(isl.Val.int_from_si(f[0].get_ctx(),
+                                                  places.index(_position(f, moving))))
+    time_space = None
+    for st in group:
+        f = funcs[st.name]
+        m = isl.Map.from_pw_aff(taus[st.name])
+        for k in moving[1:]:
+            m = m.flat_range_product(isl.Map.from_pw_aff(f[k]))
+        piece = m.intersect_domain(per_statement[st.name].domain()).to_union_map()
+        time_space = piece if time_space is None else time_space.union(piece)
+    all_deps = deps.all(model.context.get_space())
+    distances = all_deps.apply_domain(time_space).apply_range(time_space).deltas()
+    if distances.is_empty():
+        return None
+    names = [f"d{n}" for n in range(len(moving))]
+    ctx = model.context.get_ctx()
+
+    def empty(condition: str) -> bool:
+        bad = isl.UnionSet.read_from_str(ctx, f"{{ [{', '.join(names)}] : {condition} }}")
+        return distances.intersect(bad).is_empty()
+
+    if not empty("d0 < 0"):
+        return None
+    factors = []
+    for n in range(1, len(moving)):
+        factor = next((s for s in range(MAX_SKEW + 1) if empty(f"d{n} + {s} * d0 < 0")), None)
+        if factor is None:
+            return None
+        factors.append(factor)
+    skewed = {}
+    for st in group:
+        f = list(funcs[st.name])
+        for k, s in zip(moving[1:], factors):
+            f[k] = f[k].add(taus[st.name].scale_val(isl.Val.int_from_si(f[0].get_ctx(), s)))
+        skewed[st.name] = f
+    return skewed, factors
 
 
 def _respects(schedule_map: isl.UnionMap, deps: Dependences, model: PolyModel) -> bool:

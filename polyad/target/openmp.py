@@ -515,10 +515,16 @@ class _Planner:
     def iterator_name(self, node, it: str, iters: dict) -> str:
         """The DSL loop variable this AST loop runs over, when that is unambiguous."""
         candidates: set = set()
-        self._collect_loop_vars(node.for_get_body(), it, candidates)
+        skewed: set = set()
+        self._collect_loop_vars(node.for_get_body(), it, candidates, skewed, set(iters))
         taken = set(iters.values()) | set(self.names.values())
         if len(candidates) == 1:
             name = cname(candidates.pop())
+            if name not in taken:
+                return name
+        elif not candidates and len(skewed) == 1:
+            # a point loop of time-skewed tiles: it runs over v + s * t, t enclosing it
+            name = cname(skewed.pop()) + "_skewed"
             if name not in taken:
                 return name
         else:
@@ -536,26 +542,41 @@ class _Planner:
 
     def _collect_tiled_vars(self, node, it, out: set):
         """The DSL variables of the loops below ``node`` that start at ``T * it`` (the
-        point loops of a tile loop ``it``, ``schedule.tiling``)."""
-        if node.get_type() == isl.ast_node_type.for_ and _is_multiple_of(node.for_get_init(), it):
+        point loops of a tile loop ``it``, ``schedule.tiling``; or at the largest of
+        ``T * it`` and a bound, a time-skewed tile's, whose variables are skewed)."""
+        init = node.for_get_init() if node.get_type() == isl.ast_node_type.for_ else None
+        if init is not None and (_is_multiple_of(init, it) or (
+                init.get_type() == isl.ast_expr_type.op
+                and init.get_op_type() == isl.ast_expr_op_type.max
+                and any(_is_multiple_of(init.get_op_arg(k), it)
+                        for k in range(init.get_op_n_arg())))):
             self._collect_loop_vars(node.for_get_body(),
-                                    node.for_get_iterator().get_id().get_name(), out)
+                                    node.for_get_iterator().get_id().get_name(), out, out)
         for c in ast_children(node):
             self._collect_tiled_vars(c, it, out)
 
-    def _collect_loop_vars(self, node, it, out: set):
+    def _collect_loop_vars(self, node, it, out: set, skewed: Optional[set] = None,
+                           enclosing: Optional[set] = None):
+        """The DSL variables the statements below ``node`` take ``it`` for (``out``),
+        and those they take an expression of ``it`` for (``skewed``; with ``enclosing``,
+        only an expression that also uses one of those iterators)."""
         # (where several loop variables of a statement take the loop's value, the others
         # are fixed equal to the outermost by a condition: ``i == k`` of a split-off row)
         if node.get_type() == isl.ast_node_type.user:
             for st, call in user_statements(node, self.by_name):
+                named = False
                 for k in range(1, call.get_op_n_arg()):
                     a = call.get_op_arg(k)
-                    if a.get_type() == isl.ast_expr_type.id and a.get_id().get_name() == it:
-                        out.add(st.loop_vars[k - 1])
-                        break
+                    if a.get_type() == isl.ast_expr_type.id:
+                        if not named and a.get_id().get_name() == it:
+                            out.add(st.loop_vars[k - 1])
+                            named = True
+                    elif skewed is not None and ast_expr_uses(a, it) and (
+                            enclosing is None or any(ast_expr_uses(a, e) for e in enclosing)):
+                        skewed.add(st.loop_vars[k - 1])
             return
         for c in ast_children(node):
-            self._collect_loop_vars(c, it, out)
+            self._collect_loop_vars(c, it, out, skewed, enclosing)
 
 
 def plan(scheduled, deterministic: bool = False) -> OpenMPPlan:
