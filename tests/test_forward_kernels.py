@@ -849,6 +849,26 @@ def test_size_passed_as_keyword(rng):
     close64(scale_by_free_size(x, K=0), np.zeros(5))
 
 
+class dims:
+    """Sizes reached through an attribute (``dims.K``), as a module of sizes is used."""
+    N, K = N, K
+
+
+@pa.kernel
+def scale_by_attribute_size(x: pa.f64[dims.N], y: pa.Out(pa.f64[dims.N])):
+    for t in range(dims.K):
+        for i in range(dims.N):
+            y[i] += x[i]
+
+
+def test_size_reached_through_an_attribute_only_in_a_loop_bound(rng):
+    # dims.K appears in no array type: the loop bound alone makes it a size of the kernel
+    # (it was left out of the ISL parameters: an ISL syntax error at the first call)
+    x = rng.standard_normal(5)
+    assert "K" in scale_by_attribute_size.ir.sizes
+    close64(scale_by_attribute_size(x, K=3), 3 * x)
+
+
 @pa.kernel
 def arith(x: pa.f64[N], w: pa.f64[N], y: pa.Out(pa.f64[6, N])):
     for i in range(N):

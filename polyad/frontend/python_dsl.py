@@ -483,17 +483,19 @@ class _KernelParser(_ExprParser, KernelBuilder):
             known = [*self.ns, *self.arrays, *self.scalars, *self.locals, *self.loop_vars()]
             raise self.err(node, f"unknown name {n!r}{did_you_mean(n, known)}",
                            "define it before use, pass it as a parameter, or fix the spelling")
-        value = self.ns[n]
+        return self.global_constant(node, self.ns[n])
+
+    def x_Attribute(self, node):
+        return self.global_constant(node, self.global_value(node))
+
+    def global_constant(self, node, value) -> Expr:
+        """A module-level value used in the kernel body (``N``, ``dsl.N``, ``2.5``): a size
+        becomes its expression and is a size of the kernel (also when only a loop bound
+        uses it), anything else a constant."""
         if isinstance(value, ir.Size):
             for e in ir.walk(value.expr):
                 if isinstance(e, SizeVar):
                     self.sizes[e.name] = None
-            return value.expr
-        return self.constant(node, value)
-
-    def x_Attribute(self, node):
-        value = self.global_value(node)
-        if isinstance(value, ir.Size):
             return value.expr
         return self.constant(node, value)
 
