@@ -61,7 +61,9 @@ class LoopFacts:
     sizes, or None when the count grows with the sizes. ``extent``: the number of
     values the loop's iterator takes over the whole run, as an ISL AST expression
     in the sizes (an upper bound on any one execution's trip count; None when
-    ISL cannot express it).
+    ISL cannot express it). It is computed for innermost loops only, the ones the
+    OpenMP plan's thin-region test asks about: on the wavefront loops of
+    time-skewed tiles ISL's parametric max and min take minutes.
     """
 
     key: str
@@ -306,7 +308,8 @@ class _LoopAnalysis:
             reductions=reductions, private=private, scatters=scatters,
             why_not_parallel="; ".join(reasons),
             trip_count_bound=self.trip_count_bound(sched, depth),
-            extent=self.extent(sched, depth))
+            extent=(None if nests.contains_for(node.for_get_body())
+                    else self.extent(sched, depth)))
         return node.set_annotation(isl.Id(key, context=self.model.ctx))
 
 

@@ -43,6 +43,12 @@ def ast_children(node: isl.AstNode) -> list:
     return []
 
 
+def contains_for(node: isl.AstNode) -> bool:
+    """A for-node at or below ``node``."""
+    return node.get_type() == isl.ast_node_type.for_ or any(
+        contains_for(c) for c in ast_children(node))
+
+
 def ast_expr_uses(expr: isl.AstExpr, name: str) -> bool:
     """Whether the ISL AST expression ``expr`` mentions the identifier ``name``."""
     t = expr.get_type()
