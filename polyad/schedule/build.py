@@ -61,9 +61,9 @@ class LoopFacts:
     sizes, or None when the count grows with the sizes. ``extent``: the number of
     values the loop's iterator takes over the whole run, as an ISL AST expression
     in the sizes (an upper bound on any one execution's trip count; None when
-    ISL cannot express it). It is computed for innermost loops only, the ones the
-    OpenMP plan's thin-region test asks about: on the wavefront loops of
-    time-skewed tiles ISL's parametric max and min take minutes.
+    ISL cannot express it). It is computed for innermost loops only, the ones a
+    target plan asks about (is one loop's work per barrier worth threads): on the
+    wavefront loops of time-skewed tiles ISL's parametric max and min take minutes.
     """
 
     key: str
