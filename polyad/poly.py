@@ -720,6 +720,26 @@ def maps_of(umap: isl.UnionMap) -> list[isl.Map]:
     return out
 
 
+def projected_accesses(model: "PolyModel", statements: list, c: int, arrays: set):
+    """(writes, touches): the elements of ``arrays`` that ``statements`` write, and
+    access at all, as union maps from the values of their ``c`` outer loops (None
+    when there are none)."""
+    writes = touches = None
+    for st in statements:
+        found = [ld for ld in st.reads() if ld.array in arrays]
+        wrote = isinstance(st.target, Load) and st.target.array in arrays
+        if wrote:
+            found.append(st.target)
+        for ld in found:
+            m = model.access_map(st, ld)
+            m = m.project_out(isl.dim_type.in_, c, m.dim(isl.dim_type.in_) - c) \
+                .reset_tuple_id(isl.dim_type.in_).to_union_map()
+            touches = m if touches is None else touches.union(m)
+            if wrote and ld is st.target:
+                writes = m if writes is None else writes.union(m)
+    return writes, touches
+
+
 def within_outer_iterations(dep: isl.Map, c: int) -> bool:
     """True if every pair of ``dep`` has equal first ``c`` iterators in source and
     target: the dependence stays inside one iteration of the ``c`` shared outer loops."""

@@ -25,7 +25,8 @@ import islpy as isl
 
 from .. import ir
 from ..ir import Load, LoopVar, ScalarRef
-from ..poly import Dependences, PolyModel, dependences, maps_of, model_of, within_outer_iterations
+from ..poly import (Dependences, PolyModel, dependences, maps_of, model_of, projected_accesses,
+                    within_outer_iterations)
 from .nests import common_depth, loop_nests
 
 
@@ -164,25 +165,6 @@ def _in_loop(kernel: ir.Kernel, st: ir.Statement, depth: int) -> list:
             if len(o.loops) > depth and o.position[:depth + 1] == st.position[:depth + 1]]
 
 
-def _projected_accesses(model: PolyModel, group: list, c: int, arrays: set):
-    """(writes, touches): the elements of ``arrays`` the statements of ``group`` write,
-    and access at all, as maps from the values of their ``c`` outer loops."""
-    writes = touches = None
-    for st in group:
-        found = [ld for ld in st.reads() if ld.array in arrays]
-        wrote = isinstance(st.target, Load) and st.target.array in arrays
-        if wrote:
-            found.append(st.target)
-        for ld in found:
-            m = model.access_map(st, ld)
-            m = m.project_out(isl.dim_type.in_, c, m.dim(isl.dim_type.in_) - c) \
-                .reset_tuple_id(isl.dim_type.in_)
-            touches = m.to_union_map() if touches is None else touches.union(m)
-            if wrote and ld is st.target:
-                writes = m.to_union_map() if writes is None else writes.union(m)
-    return writes, touches
-
-
 def _conflicts_across_iterations(model: PolyModel, first: list, second: list, outer: int,
                                  c: int) -> bool:
     """True if an access of ``first`` and one of ``second`` to the same element, at least
@@ -194,8 +176,8 @@ def _conflicts_across_iterations(model: PolyModel, first: list, second: list, ou
         arrays |= {ld.array for ld in st.reads()}
         if isinstance(st.target, Load):
             arrays.add(st.target.array)
-    w1, t1 = _projected_accesses(model, first, c, arrays)
-    w2, t2 = _projected_accesses(model, second, c, arrays)
+    w1, t1 = projected_accesses(model, first, c, arrays)
+    w2, t2 = projected_accesses(model, second, c, arrays)
     pairs = None
     for w, t in ((w1, t2), (w2, t1)):
         if w is not None and t is not None:

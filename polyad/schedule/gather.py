@@ -32,7 +32,8 @@ import islpy as isl
 from .. import ir
 from ..ir import Condition, Load, Loop, LoopVar
 from ..poly import (PolyModel, aff_to_expr, dependences, inverse_pieces, maps_of, model_of,
-                    param_exprs, set_to_condition, within_outer_iterations)
+                    param_exprs, projected_accesses, set_to_condition,
+                    within_outer_iterations)
 from .nests import common_depth, loop_nests
 
 
@@ -110,22 +111,10 @@ def array_conflicts_carried(model: PolyModel, nest: list, c: int, arrays: set) -
     array is checked.
     """
     for array in arrays:
-        writes, touches = None, None
-        for st in nest:
-            found = [ld for ld in st.reads() if ld.array == array]
-            wrote = isinstance(st.target, Load) and st.target.array == array
-            if wrote:
-                found.append(st.target)
-            for ld in found:
-                m = model.access_map(st, ld)
-                m = m.project_out(isl.dim_type.in_, c, m.dim(isl.dim_type.in_) - c) \
-                    .reset_tuple_id(isl.dim_type.in_)
-                touches = m if touches is None else touches.union(m)
-                if ld is st.target and wrote:
-                    writes = m if writes is None else writes.union(m)
+        writes, touches = projected_accesses(model, nest, c, {array})
         if writes is None:
             continue
-        pairs = writes.apply_range(touches.reverse())
+        pairs = isl.Map.from_union_map(writes.apply_range(touches.reverse()))
         if not pairs.is_subset(isl.Map.identity(pairs.get_space())):
             return True
     return False
