@@ -76,16 +76,22 @@ def _translation_unit(items) -> str:
     return "\n".join(parts)
 
 
-@pytest.mark.parametrize("batch", range(NVCC_BATCHES))
-def test_nvcc_compiles_the_corpora(simulated, tmp_path, batch):
-    items = [(n, simulated[n][0]) for n in NAMES[batch::NVCC_BATCHES]]
-    src = tmp_path / f"batch{batch}.cu"
+def _assert_nvcc_compiles(items, tmp_path, stem):
+    """nvcc compiles the kernels ``items`` ((name, CUDA source) pairs) in one translation
+    unit, without errors or warnings."""
+    src = tmp_path / f"{stem}.cu"
     src.write_text(_translation_unit(items))
     cmd = [nvcc(), *[f for f in NVCC_FLAGS if f != "-shared"], f"-arch={DEFAULT_ARCH}",
-           f"-I{CUDA_INCLUDE}", "-c", str(src), "-o", str(tmp_path / "batch.o")]
+           f"-I{CUDA_INCLUDE}", "-c", str(src), "-o", str(tmp_path / f"{stem}.o")]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-4000:]
     assert "warning" not in proc.stderr, proc.stderr[-4000:]
+
+
+@pytest.mark.parametrize("batch", range(NVCC_BATCHES))
+def test_nvcc_compiles_the_corpora(simulated, tmp_path, batch):
+    items = [(n, simulated[n][0]) for n in NAMES[batch::NVCC_BATCHES]]
+    _assert_nvcc_compiles(items, tmp_path, f"batch{batch}")
 
 
 def test_nvcc_compiles_checkpointed_pieces(tmp_path):
@@ -100,13 +106,7 @@ def test_nvcc_compiles_checkpointed_pieces(tmp_path):
     fn.checkpointer.compile_all()
     items = sorted(fn.checkpointer._compiled.items())
     assert len(items) == 4
-    src = tmp_path / "pieces.cu"
-    src.write_text(_translation_unit(items))
-    cmd = [nvcc(), *[f for f in NVCC_FLAGS if f != "-shared"], f"-arch={DEFAULT_ARCH}",
-           f"-I{CUDA_INCLUDE}", "-c", str(src), "-o", str(tmp_path / "pieces.o")]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    assert "warning" not in proc.stderr, proc.stderr[-4000:]
+    _assert_nvcc_compiles(items, tmp_path, "pieces")
 
 
 def test_nvcc_builds_a_loadable_library():
