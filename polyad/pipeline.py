@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from . import ir
+from .errors import ArgumentError
 from .progress import StageClock
 from .runtime import toolchain
 from .schedule import ScheduledKernel, schedule_kernel
@@ -57,7 +58,7 @@ class Options:
             sizes = (self.tile,) if isinstance(self.tile, int) else tuple(self.tile)
             if not sizes or not all(isinstance(t, int) and not isinstance(t, bool) and t > 0
                                     for t in sizes):
-                raise ValueError(f"tile must be None, False or positive integer tile sizes "
+                raise ArgumentError(f"tile must be None, False or positive integer tile sizes "
                                  f"such as (32, 32, 64); got {self.tile!r}")
             object.__setattr__(self, "tile", sizes)
 

@@ -454,3 +454,5 @@ def test_time_skewed_stencils_match_interpreter_with_partial_tiles(name, tile):
 def test_tile_option_is_checked():
     with pytest.raises(ValueError, match="tile must be"):
         pa.compile(dsl.gemm, tile=(32, 0))
+    with pytest.raises(pa.ArgumentError, match=r"got \(32, 0\)"):   # a polyad error
+        pa.compile(dsl.gemm, tile=(32, 0))
