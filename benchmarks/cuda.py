@@ -5,10 +5,13 @@ Rows (float32, S x S, default 4096; median of --repeats timed calls after warm-u
 - copy: a grid-stride float4 copy kernel (``handwritten/tv_grad.cu``): the
   device's attainable bandwidth, measured in the same run;
 - TV gradient: polyad ``pa.grad(tv_cost, "g")`` with ``target="cuda"`` called
-  on PyTorch CUDA tensors (used in place, output allocated as a tensor), the
-  hand-written gather kernel, PyTorch autograd and ``torch.compile``;
-- deconvolution gradient (wrt the image and the filter): polyad, PyTorch
-  autograd and ``torch.compile``.
+  on PyTorch CUDA tensors (used in place; once with the output allocated by
+  polyad as a zeroed tensor, once preallocated as the hand-written kernel's
+  is, and once through the bare C launcher without the Python-side argument
+  checks, which shows the call overhead), the hand-written gather kernel,
+  PyTorch autograd and ``torch.compile``;
+- deconvolution gradient (wrt the image and the filter): polyad (outputs
+  allocated, and preallocated), PyTorch autograd and ``torch.compile``.
 
 Each row prints its time, the ratio to the hand-written kernel (TV) or to
 PyTorch autograd (deconvolution), and the fraction of the copy bandwidth its
@@ -121,6 +124,15 @@ def main(argv=None) -> int:
 
     poly_tv = pa.compile(pa.grad(k32.tv_cost, "g"), target="cuda")
     poly_deconv = pa.compile(pa.grad(k32.deconv_cost, ["x", "f"]), target="cuda")
+    d_poly = torch.empty_like(g)
+    dx_poly, df_poly = torch.empty_like(g), torch.empty_like(f)
+    ffi = poly_tv._ffi
+
+    def poly_tv_launcher():
+        poly_tv._fn(ffi.cast("float *", g.data_ptr()), ffi.cast("float *", b.data_ptr()), lam,
+                    ffi.cast("float *", d_poly.data_ptr()), S, S)
+        poly_tv.runtime.check("running the TV gradient")
+
     tv, deconv = torch_tv(torch), torch_deconv(torch)
     tv_c, deconv_c = torch.compile(tv), torch.compile(deconv)
 
@@ -140,6 +152,13 @@ def main(argv=None) -> int:
     got_dx, got_df = poly_deconv(g, f, y)
     np.testing.assert_allclose(got_dx.cpu().numpy(), ref_dx.cpu().numpy(), rtol=1e-3, atol=1e-3)
     np.testing.assert_allclose(got_df.cpu().numpy(), ref_df.cpu().numpy(), rtol=1e-3)
+    poly_tv(g, b, lam, d_poly)
+    np.testing.assert_array_equal(d_poly.cpu().numpy(), got_tv.cpu().numpy())
+    d_poly.fill_(float("nan"))
+    poly_tv_launcher()
+    np.testing.assert_array_equal(d_poly.cpu().numpy(), got_tv.cpu().numpy())
+    poly_deconv(g, f, y, dx_poly, df_poly)   # float32 atomics: the order of the sums varies
+    np.testing.assert_allclose(dx_poly.cpu().numpy(), got_dx.cpu().numpy(), rtol=1e-4, atol=1e-5)
 
     t_copy = timed(copy, R, torch)
     bw = 2 * nbytes / t_copy
@@ -147,12 +166,17 @@ def main(argv=None) -> int:
     t_hand = timed(hand_tv, R, torch)
     rows += [("TV grad: hand-written CUDA gather", t_hand, 3 * nbytes),
              ("TV grad: polyad (cuda)", timed(lambda: poly_tv(g, b, lam), R, torch), 3 * nbytes),
+             ("TV grad: polyad, output preallocated",
+              timed(lambda: poly_tv(g, b, lam, d_poly), R, torch), 3 * nbytes),
+             ("TV grad: polyad, bare C launcher", timed(poly_tv_launcher, R, torch), 3 * nbytes),
              ("TV grad: PyTorch autograd",
               timed(autograd(tv, [g, b], [0], (lam,)), R, torch), 3 * nbytes),
              ("TV grad: torch.compile",
               timed(autograd(tv_c, [g, b], [0], (lam,)), R, torch), 3 * nbytes),
              ("deconv grad: polyad (cuda)", timed(lambda: poly_deconv(g, f, y), R, torch),
               3 * nbytes),
+             ("deconv grad: polyad, outputs preallocated",
+              timed(lambda: poly_deconv(g, f, y, dx_poly, df_poly), R, torch), 3 * nbytes),
              ("deconv grad: PyTorch autograd",
               timed(autograd(deconv, [g, f, y], [0, 1]), R, torch), 3 * nbytes),
              ("deconv grad: torch.compile",

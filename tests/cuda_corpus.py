@@ -8,6 +8,9 @@
   float32 gradient kernel and two gradients with packed (triangular) tapes.
 - ``random_arguments(kernel, rng, sizes)``: inputs for any kernel from its
   signature (arrays shaped by the sizes, scalars, int parameters).
+- ``NAMES`` (both corpora, less the kernels that exist to be rejected),
+  ``kernel_of``, ``arguments``, and the comparison helpers ``copies``,
+  ``results``, ``assert_matches`` that the simulator and device tests share.
 """
 
 from __future__ import annotations
@@ -77,3 +80,50 @@ def random_arguments(kernel, rng, sizes: dict) -> dict:
         else:
             args[p.name] = 2
     return args
+
+
+FORWARD = forward_kernels()
+GRADIENTS = gradient_cases()
+# Kernels of the forward modules that exist to be rejected (tests of errors).
+REJECTED = {"test_kernel_calls.scale_rows"}
+NAMES = sorted(set(FORWARD) - REJECTED) + sorted(GRADIENTS)
+
+
+def kernel_of(name):
+    """The kernel (primal or derived) of corpus entry ``name``."""
+    return GRADIENTS[name][0] if name in GRADIENTS else FORWARD[name]
+
+
+def arguments(name) -> dict:
+    """The arguments corpus entry ``name`` runs on: the AD case's own, or random inputs with
+    distinct sizes (one axis of 37: several blocks, small runs)."""
+    if name in GRADIENTS:
+        return GRADIENTS[name][1]
+    k = FORWARD[name]
+    rng = np.random.default_rng(0)
+    sizes = {s: v for s, v in zip(k.ir.sizes, (37, 9, 6, 5, 4, 3))}
+    return random_arguments(k, rng, sizes)
+
+
+def copies(args: dict) -> dict:
+    """``args`` with every numpy array copied (kernels may write in-out arrays)."""
+    return {n: v.copy() if isinstance(v, np.ndarray) else v for n, v in args.items()}
+
+
+def results(r) -> list:
+    """A kernel call's results as a list of numpy arrays (scalars become 0-d arrays)."""
+    if r is None:
+        return []
+    return [np.asarray(x) for x in (r if isinstance(r, tuple) else (r,))]
+
+
+def assert_matches(actual, expected, what: str) -> None:
+    """Same shape and dtype, equal to 1e-12 (float64) or 2e-5 (float32) of the largest
+    finite magnitude."""
+    assert actual.shape == expected.shape and actual.dtype == expected.dtype, what
+    rtol = 1e-12 if expected.dtype == np.float64 else 2e-5
+    finite = np.abs(expected[np.isfinite(expected)]) if expected.dtype.kind == "f" else \
+        np.abs(expected)
+    scale = float(np.max(finite, initial=0.0))
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=rtol * max(scale, 1.0),
+                               err_msg=what)

@@ -19,21 +19,15 @@ import pytest
 
 import polyad as pa
 import cuda_corpus
+from cuda_corpus import arguments, kernel_of, assert_matches, copies, results
 from polyad.pipeline import Options
 from polyad.runtime.cuda import DEFAULT_ARCH, DeviceArray, gpu_count
 from polyad.runtime.toolchain import CUDA_INCLUDE, NVCC_FLAGS, nvcc
 from tv_kernel import tv_cost
 
-FORWARD = cuda_corpus.forward_kernels()
-GRADIENTS = cuda_corpus.gradient_cases()
-# Kernels of the forward modules that exist to be rejected (tests of errors).
-REJECTED = {"test_kernel_calls.scale_rows"}
-NAMES = sorted(set(FORWARD) - REJECTED) + sorted(GRADIENTS)
+FORWARD, GRADIENTS, NAMES = cuda_corpus.FORWARD, cuda_corpus.GRADIENTS, cuda_corpus.NAMES
+REJECTED = cuda_corpus.REJECTED
 NVCC_BATCHES = 4
-
-
-def _kernel(name):
-    return GRADIENTS[name][0] if name in GRADIENTS else FORWARD[name]
 
 
 def _plan(kernel, deterministic=False):
@@ -46,7 +40,7 @@ def simulated():
     """``{name: (cuda-sim kernel, openmp kernel)}`` for every corpus kernel (built in parallel:
     the compilers run as subprocesses)."""
     def build(name):
-        k = _kernel(name)
+        k = kernel_of(name)
         return name, (pa.compile(k, target="cuda-sim"), pa.compile(k))
     with ThreadPoolExecutor(2) as pool:
         return dict(pool.map(build, NAMES))
@@ -120,49 +114,19 @@ def test_nvcc_builds_a_loadable_library():
 # ---------------------------------------------------------------------------
 
 
-def _arguments(name):
-    if name in GRADIENTS:
-        return GRADIENTS[name][1]
-    k = FORWARD[name]
-    rng = np.random.default_rng(0)
-    # distinct sizes > 256 along one axis at most: several blocks, small runs
-    sizes = {s: v for s, v in zip(k.ir.sizes, (37, 9, 6, 5, 4, 3))}
-    return cuda_corpus.random_arguments(k, rng, sizes)
-
-
-def _copies(args):
-    return {n: v.copy() if isinstance(v, np.ndarray) else v for n, v in args.items()}
-
-
-def _results(r) -> list:
-    if r is None:
-        return []
-    return [np.asarray(x) for x in (r if isinstance(r, tuple) else (r,))]
-
-
-def _assert_matches(actual, expected, what):
-    assert actual.shape == expected.shape and actual.dtype == expected.dtype, what
-    rtol = 1e-12 if expected.dtype == np.float64 else 2e-5
-    finite = np.abs(expected[np.isfinite(expected)]) if expected.dtype.kind == "f" else \
-        np.abs(expected)
-    scale = float(np.max(finite, initial=0.0))
-    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=rtol * max(scale, 1.0),
-                               err_msg=what)
-
-
 @pytest.mark.parametrize("name", NAMES)
 def test_simulator_matches_openmp(simulated, name):
     sim, omp = simulated[name]
-    args = _arguments(name)
-    omp_args, sim_args = _copies(args), _copies(args)
-    expected = _results(omp(**omp_args))
-    actual = _results(sim(**sim_args))
+    args = arguments(name)
+    omp_args, sim_args = copies(args), copies(args)
+    expected = results(omp(**omp_args))
+    actual = results(sim(**sim_args))
     assert len(actual) == len(expected)
     for k, (a, e) in enumerate(zip(actual, expected)):
-        _assert_matches(a, e, f"{name}: result {k}")
+        assert_matches(a, e, f"{name}: result {k}")
     for n, v in omp_args.items():  # in-out arrays
         if isinstance(v, np.ndarray):
-            _assert_matches(sim_args[n], v, f"{name}: array {n}")
+            assert_matches(sim_args[n], v, f"{name}: array {n}")
 
 
 # ---------------------------------------------------------------------------
@@ -187,14 +151,14 @@ def test_filter_gradient_is_privatized_in_shared_memory(simulated):
 
 
 def test_other_scatters_use_global_atomics(simulated):
-    atomics = [n for n in NAMES if any(lp.atomic for lp in _plan(_kernel(n)).loops.values())]
+    atomics = [n for n in NAMES if any(lp.atomic for lp in _plan(kernel_of(n)).loops.values())]
     assert atomics, "no corpus kernel exercises global atomics"
     for n in atomics:
         assert re.search(r"atomicAdd\(&", simulated[n][0].source), n
 
 
 def test_two_dimensional_bands_get_32x8_tiles(simulated):
-    blocks = {lp.block for n in NAMES for lp in _plan(_kernel(n)).loops.values()
+    blocks = {lp.block for n in NAMES for lp in _plan(kernel_of(n)).loops.values()
               if len(lp.band) == 2}
     assert blocks == {(32, 8, 1)}
 
@@ -207,12 +171,12 @@ def test_deterministic_two_pass_reduction(name):
     if any(lp.reductions for lp in _plan(derived, deterministic=True).loops.values()):
         assert "pa_reduce_store(" in det.source and "pa_sum_partials(" in det.source
     assert "pa_reduce_add(" not in det.source and "atomicAdd" not in det.source
-    first = _results(det(**_copies(args)))
-    again = _results(det(**_copies(args)))
-    expected = _results(omp(**_copies(args)))
+    first = results(det(**copies(args)))
+    again = results(det(**copies(args)))
+    expected = results(omp(**copies(args)))
     for a, b, e in zip(first, again, expected):
         np.testing.assert_array_equal(a, b)
-        _assert_matches(a, e, name)
+        assert_matches(a, e, name)
 
 
 def test_many_blocks_and_a_large_reduction(rng):
@@ -222,7 +186,7 @@ def test_many_blocks_and_a_large_reduction(rng):
     value, dg = grad.package(pa.compile(grad, target="cuda-sim")(g, b, 0.2))
     ref_value, ref_dg = grad(g, b, 0.2)
     assert value == pytest.approx(ref_value, rel=1e-12)
-    _assert_matches(dg, ref_dg, "d_g")
+    assert_matches(dg, ref_dg, "d_g")
 
 
 # ---------------------------------------------------------------------------

@@ -62,6 +62,10 @@ static inline int pa_check(cudaError_t err, const char *what)
 {
   if (err != cudaSuccess) {
     pa_fail(what, cudaGetErrorString(err));
+    /* the runtime also keeps a failed call's error as its "last error": clear it, or the
+       next launch's cudaGetLastError() reports this failure again (e.g. one refused
+       allocation would fail every later call; sticky errors stay, as they must) */
+    cudaGetLastError();
     return 0;
   }
   return 1;
@@ -253,10 +257,37 @@ extern "C" int pa_device_count(void)
   return n;
 }
 
+/* Allocations are stream-ordered (cudaMallocAsync on the legacy default stream,
+ * which every launch and copy here uses) from the device's default pool, whose
+ * release threshold is raised once so that freed blocks stay in the pool: a
+ * call's temporaries and scalars then cost no cudaMalloc/cudaFree (each of
+ * which synchronizes the device) after the first call, as with PyTorch's
+ * caching allocator. Devices without memory pools fall back to cudaMalloc. */
+static int pa_pool_state;  /* 0 unknown, 1 pools, 2 plain cudaMalloc */
+
+static int pa_use_pool(void)
+{
+  if (pa_pool_state == 0) {
+    int dev = 0, supported = 0;
+    cudaMemPool_t pool;
+    pa_pool_state = 2;
+    if (cudaGetDevice(&dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolsSupported, dev) == cudaSuccess &&
+        supported && cudaDeviceGetDefaultMemPool(&pool, dev) == cudaSuccess) {
+      uint64_t keep = UINT64_MAX;
+      if (cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep) == cudaSuccess)
+        pa_pool_state = 1;
+    }
+    cudaGetLastError();  /* a refused query above is not the caller's error */
+  }
+  return pa_pool_state == 1;
+}
+
 extern "C" void *pa_device_alloc(int64_t bytes)
 {
   void *p = NULL;
-  if (!pa_check(cudaMalloc(&p, bytes > 0 ? (size_t)bytes : 1), "cudaMalloc"))
+  size_t n = bytes > 0 ? (size_t)bytes : 1;
+  if (!pa_check(pa_use_pool() ? cudaMallocAsync(&p, n, 0) : cudaMalloc(&p, n), "cudaMalloc"))
     return NULL;
   return p;
 }
@@ -264,7 +295,7 @@ extern "C" void *pa_device_alloc(int64_t bytes)
 extern "C" void pa_device_free(void *p)
 {
   if (p)
-    pa_check(cudaFree(p), "cudaFree");
+    pa_check(pa_use_pool() ? cudaFreeAsync(p, 0) : cudaFree(p), "cudaFree");
 }
 
 extern "C" int pa_copy_to_device(void *dst, const void *src, int64_t bytes)
