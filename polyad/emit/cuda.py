@@ -10,7 +10,9 @@ dependences are honoured; this module prints it:
 - scalar reductions: a per-thread partial and ``pa_reduce_add`` (or
   ``pa_reduce_store`` + ``pa_sum_partials`` for deterministic plans);
   privatized arrays: ``pa_privatize_begin/end`` around the band, updates with
-  ``atomicAdd`` on the block's copy; atomic statements: ``atomicAdd``;
+  ``atomicAdd`` on the block's copy, or (the plan's ``lanes``) a per-thread
+  register array and one ``pa_reduce_add`` per element after the band;
+  atomic statements: ``atomicAdd``;
 - code outside every band: one-thread kernels; host loops and conditions
   around bands stay on the host;
 - scalar locals live in a device struct (``pa_s``); in a band kernel each
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Optional
 
 import islpy as isl
 
@@ -66,6 +69,65 @@ class CudaDialect(Dialect):
 CUDA = CudaDialect(name="cuda", restrict="__restrict__",
                    function_qualifier="static __host__ __device__ inline",
                    bit_helpers=CUDA_BIT_HELPERS)
+
+
+def _element_accesses(lines: list, array: str) -> Optional[list]:
+    """The index texts of every ``array[...]`` in ``lines``; None if ``array`` also appears
+    otherwise (its address taken, passed whole)."""
+    found = []
+    for line in lines:
+        code = line.split("  // ", 1)[0]
+        for m in re.finditer(rf"(&?)(?<![\w.>]){re.escape(array)}\b(\[?)", code):
+            if m.group(1) or not m.group(2):
+                return None
+            depth, j = 1, m.end()
+            while depth and j < len(code):
+                depth += {"[": 1, "]": -1}.get(code[j], 0)
+                j += 1
+            found.append(code[m.end():j - 1])
+    return found
+
+
+def _own_elements(lines: list, indent: str, arrays: list, constant: set, c_types: dict) -> list:
+    """Keep each thread's own element of ``arrays`` in a register for one iteration of the
+    innermost grid loop (``lines``: its body, at ``indent``).
+
+    An array qualifies when every access in the body is to one element, ``A[e]`` with the
+    same index text ``e`` whose names are all ``constant`` in the iteration (grid iterators,
+    sizes, host iterators, unwritten scalars) or helper calls. The band is parallel and
+    ``A``'s updates are not atomic, so no other thread touches ``A[e]`` while this iteration
+    runs: it is loaded once (unless the body starts by assigning it), updated in a
+    register and stored once. nvcc does not do this itself: it stores after every guarded
+    update (six stores per element in the TV gradient).
+    """
+    for a in arrays:
+        accesses = _element_accesses(lines, a)
+        if not accesses or len(set(accesses)) != 1:
+            continue
+        index = accesses[0]
+        names = {m.group(1) for m in re.finditer(r"\b([A-Za-z_]\w*)\b(?!\s*\()", index)}
+        if not names <= constant:
+            continue
+        element, local = f"{a}[{index}]", f"{a}_here"
+        pattern = re.compile(rf"(?<![\w.>]){re.escape(element)}")
+        first = next(line for line in lines if pattern.search(line.split("  // ", 1)[0]))
+        head = indent + element + " = "
+        assigned_first = (first.startswith(head)
+                          and not pattern.search(first[len(head):].split("  // ", 1)[0]))
+        declaration = (f"{indent}{c_types[a]} {local};  // this thread's {element}, "
+                       f"stored once below" if assigned_first else
+                       f"{indent}{c_types[a]} {local} = {element};  // this thread's "
+                       f"{element}, stored once below")
+        lines = ([declaration] + [_replace_in_code(line, pattern, local) for line in lines]
+                 + [f"{indent}{element} = {local};"])
+    return lines
+
+
+def _replace_in_code(line: str, pattern, text: str) -> str:
+    """``line`` with ``pattern`` replaced by ``text`` before its ``//`` comment (the comment
+    quotes the DSL source, which stays as written)."""
+    code, sep, comment = line.partition("  // ")
+    return pattern.sub(text, code) + sep + comment
 
 
 def _device_decl(decl: str) -> str:
@@ -160,7 +222,9 @@ class _CudaEmitter(_Emitter):
             band.append(body)
         name = self._kernel_name("k")
         k = self.k
-        reductions, privatized = head.reductions, head.privatized
+        reductions = head.reductions
+        lanes = {a: n for a, n in head.privatized.items() if a in head.lanes}
+        privatized = {a: n for a, n in head.privatized.items() if a not in head.lanes}
         stmts = self._statement_names([node])
         by_name = {n: self.sk.statement(n) for n in stmts}
         atomic = set(head.atomic) | {n for n, st in by_name.items()
@@ -187,7 +251,8 @@ class _CudaEmitter(_Emitter):
         saved, self.lines, self.names = self.lines, [], names
         saved_arrays = self.printer.array_names
         self.printer.array_names = {**saved_arrays,
-                                    **{a: f"{cname(a)}_block" for a in privatized}}
+                                    **{a: f"{cname(a)}_block" for a in privatized},
+                                    **{a: f"{cname(a)}_lane" for a in lanes}}
         prologue = []
         for v in sorted(written):
             dt = k.scalar_dtype(v)
@@ -198,6 +263,10 @@ class _CudaEmitter(_Emitter):
             else:
                 prologue.append(f"  {dt.c_type} {cname(v)} = pa_s->{cname(v)};  "
                                 f"// this thread's copy")
+        for a, n in sorted(lanes.items()):
+            dt = k.array_type(a).dtype
+            prologue.append(f"  {dt.c_type} {cname(a)}_lane[{ir.eval_integer(n, {})}] = {{}};  "
+                            f"// this thread's partial sums of {a} (registers)")
         smem_terms = []
         for a, n in sorted(privatized.items()):
             dt = k.array_type(a).dtype
@@ -225,13 +294,24 @@ class _CudaEmitter(_Emitter):
             indent_k += "  "
             extents.append((ax, self._extent(b, iters, band_names, init, inc)))
             band_names.append(lp.iterator)
+        start = len(self.lines)
         self.walk(band[-1].for_get_body(), indent_k, iters, frozenset(atomic))
+        own = {st.target.array for st in by_name.values()
+               if isinstance(st.target, Load) and st.name not in atomic
+               and st.target.array not in privatized and st.target.array not in lanes}
+        constant = ({cname(s) for s in k.sizes} | set(host_iters.values()) | set(band_names)
+                    | {cname(p.name) for p in k.params if not p.is_array} - set(written))
+        self.lines[start:] = _own_elements(self.lines[start:], indent_k, sorted(own), constant,
+                                           {a: k.array_type(a).dtype.c_type for a in own})
         for depth in range(len(band), 0, -1):
             self.out("  " * depth, "}")
         epilogue = []
         for a, n in sorted(privatized.items()):
             size = self.printer.expr(n, self.host_names)
             epilogue.append(f"  pa_privatize_end({cname(a)}, {cname(a)}_block, {size});")
+        for a, n in sorted(lanes.items()):
+            for e in range(ir.eval_integer(n, {})):
+                epilogue.append(f"  pa_reduce_add(&{cname(a)}[{e}], {cname(a)}_lane[{e}]);")
         for v, op in sorted(reductions.items()):
             if head.two_pass:
                 epilogue.append(f"  pa_reduce_store({partials[v]}, {cname(v)});")

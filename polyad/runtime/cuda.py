@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import math
 import os
 import cffi
 import numpy as np
@@ -141,14 +142,18 @@ class _DeviceView:
         self.ptr = int(cai["data"][0])
         self.readonly = bool(cai["data"][1])
         strides = cai.get("strides")
-        itemsize = self.dtype.itemsize
-        c_strides, step = [], itemsize
-        for n in reversed(self.shape):
-            c_strides.insert(0, step)
-            step *= n
-        self.contiguous = strides is None or tuple(strides) == tuple(c_strides) or \
-            int(np.prod(self.shape, dtype=np.int64)) <= 1
-        self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * itemsize
+        self.contiguous = strides is None or math.prod(self.shape) <= 1 or \
+            tuple(strides) == _c_strides(self.shape, self.dtype.itemsize)
+        self.nbytes = math.prod(self.shape) * self.dtype.itemsize
+
+
+def _c_strides(shape: tuple, itemsize: int) -> tuple:
+    """The byte strides of a C-contiguous array of ``shape``."""
+    out, step = [], itemsize
+    for n in reversed(shape):
+        out.append(step)
+        step *= n
+    return tuple(reversed(out))
 
 
 class CudaKernel(KernelFunction):
@@ -170,6 +175,13 @@ class CudaKernel(KernelFunction):
         self._lib = ffi.dlopen(str(self.library), ffi.RTLD_NOW | ffi.RTLD_NODELETE)
         self.runtime = _Runtime(ffi, self._lib)
         self._device_checked = False
+        self._sizes_of_shapes: dict = {}
+        # Per call, without walking the IR: the written arrays, and per C parameter its
+        # kind, name and pointer type.
+        self._written = tuple(p.name for p in kernel.params if p.is_array and p.intent != "in")
+        self._param_kinds = tuple((p, p.is_array) for p in kernel.params)
+        self._c_params = tuple((p.kind, p.name, p.dtype.c_type + " *")
+                               for p in signature.params)
         super().__init__(kernel, signature, requirements, param_names, ffi,
                          getattr(self._lib, signature.name))
 
@@ -227,13 +239,13 @@ class CudaKernel(KernelFunction):
     def _check_device_aliasing(self, arrays: dict) -> None:
         spans = {n: (a.ptr, a.ptr + a.nbytes) for n, a in arrays.items()
                  if isinstance(a, _DeviceView) and a.nbytes}
-        for p in self.kernel.params:
-            if not (p.is_array and p.intent != "in" and p.name in spans):
+        for name in self._written:
+            if name not in spans:
                 continue
-            lo, hi = spans[p.name]
+            lo, hi = spans[name]
             for other, (olo, ohi) in spans.items():
-                if other != p.name and lo < ohi and olo < hi:
-                    raise ShapeError(f"{self.kernel.name}(): output {p.name!r} shares memory "
+                if other != name and lo < ohi and olo < hi:
+                    raise ShapeError(f"{self.kernel.name}(): output {name!r} shares memory "
                                      f"with {other!r}; pass separate arrays")
 
     # ---- the call --------------------------------------------------------
@@ -241,11 +253,11 @@ class CudaKernel(KernelFunction):
         k = self.kernel
         values, sizes = self._bind(args, kwargs)
         arrays, scalars = {}, {}
-        for p in k.params:
+        for p, is_array in self._param_kinds:
             if p.name not in values:
                 continue
             v = values[p.name]
-            if p.is_array:
+            if is_array:
                 if hasattr(v, "__cuda_array_interface__"):
                     v = _DeviceView(v)
                     self._check_device_array(p, v)
@@ -254,7 +266,7 @@ class CudaKernel(KernelFunction):
                 arrays[p.name] = v
             else:
                 scalars[p.name] = self._scalar(p, v)
-        self._infer_sizes(arrays, sizes)
+        self._complete_sizes(arrays, sizes)
         ints = {n: scalars[n] for n in k.int_params}
         if self.requirements:
             values = [sizes[n] if n in sizes else ints[n] for n in self._param_names]
@@ -263,8 +275,8 @@ class CudaKernel(KernelFunction):
         self.check_device()
         like = next((a for a in arrays.values() if isinstance(a, _DeviceView)), None)
         outs = []
-        for p in k.params:
-            if p.is_array and p.name not in arrays:
+        for p, is_array in self._param_kinds:
+            if is_array and p.name not in arrays:
                 shape = tuple(ir.eval_integer(e, sizes) for e in p.type.shape)
                 if like is None:
                     arrays[p.name] = np.zeros(shape, p.type.dtype.np)
@@ -278,13 +290,27 @@ class CudaKernel(KernelFunction):
         self._check_device_aliasing(arrays)
         return self._launch(arrays, scalars, sizes, ints, outs)
 
+    def _complete_sizes(self, arrays: dict, sizes: dict) -> None:
+        """``_infer_sizes``, remembered per tuple of shapes and explicit sizes (a call on
+        arrays of shapes seen before skips the inference: it is most of a call's host time)."""
+        key = (tuple(a.shape for a in arrays.values()), tuple(arrays), tuple(sizes.items()))
+        known = self._sizes_of_shapes.get(key)
+        if known is None:
+            self._infer_sizes(arrays, sizes)
+            if len(self._sizes_of_shapes) >= 64:
+                self._sizes_of_shapes.clear()
+            self._sizes_of_shapes[key] = known = dict(sizes)
+        sizes.update(known)
+
     def _launch(self, arrays, scalars, sizes, ints, outs):
         k, rt, ffi = self.kernel, self.runtime, self._ffi
         owned: list[int] = []  # device buffers this call allocated
-        temp_bytes = [t.type.dtype.storage_bytes(ir.stored_elements(t.type, {**sizes, **ints}))
-                      for t in k.temps]
+        temp_bytes = []
         if k.temps:   # device memory is scarcer still: the same budget, before any alloc
-            budget.check(k, temp_bytes, {**sizes, **ints}, self.memory_budget)
+            env = {**sizes, **ints}
+            temp_bytes = [t.type.dtype.storage_bytes(ir.stored_elements(t.type, env))
+                          for t in k.temps]
+            budget.check(k, temp_bytes, env, self.memory_budget)
         try:
             pointers = {}
             for name, a in arrays.items():
@@ -304,24 +330,24 @@ class CudaKernel(KernelFunction):
             result = np.zeros(1, k.result[1].np) if k.result is not None else None
             cargs = []
             temp_iter = iter(temps)
-            for p in self.signature.params:
-                pointer = p.dtype.c_type + " *"
-                if p.kind == "array":
-                    cargs.append(ffi.cast(pointer, pointers[p.name]))
-                elif p.kind == "scalar":
-                    cargs.append(scalars[p.name])
-                elif p.kind == "size":
-                    cargs.append(sizes[p.name])
-                elif p.kind == "temp":
+            for kind, name, pointer in self._c_params:
+                if kind == "array":
+                    cargs.append(ffi.cast(pointer, pointers[name]))
+                elif kind == "scalar":
+                    cargs.append(scalars[name])
+                elif kind == "size":
+                    cargs.append(sizes[name])
+                elif kind == "temp":
                     cargs.append(ffi.cast(pointer, next(temp_iter)))
                 else:
                     cargs.append(ffi.cast(pointer, result.ctypes.data))
             self._fn(*cargs)
-            rt.check(f"running kernel {k.name!r}")
-            for p in k.params:
-                a = arrays.get(p.name)
-                if p.is_array and p.intent != "in" and isinstance(a, np.ndarray):
-                    rt.to_host(a, pointers[p.name])
+            if self._lib.pa_last_error() != ffi.NULL:
+                rt.check(f"running kernel {k.name!r}")
+            for name in self._written:
+                a = arrays.get(name)
+                if isinstance(a, np.ndarray):
+                    rt.to_host(a, pointers[name])
         finally:
             for ptr in owned:
                 rt.free(ptr)
