@@ -235,6 +235,31 @@ def test_device_arrays_are_used_in_place(rng):
     np.testing.assert_allclose(out.numpy(), y.numpy(), rtol=0, atol=0)
 
 
+class _ArrayInterfaceOf:
+    """A numpy array exposed only through ``__cuda_array_interface__`` (the generic path)."""
+
+    def __init__(self, a):
+        self.a = a
+
+    @property
+    def __cuda_array_interface__(self):
+        a = self.a
+        return {"shape": a.shape, "typestr": a.dtype.str, "data": (a.ctypes.data, False),
+                "strides": None if a.flags.c_contiguous else a.strides, "version": 3}
+
+
+def test_torch_tensors_are_read_like_the_array_interface():
+    """PyTorch tensors skip torch's slow ``__cuda_array_interface__`` property: the view
+    reads the same pointer, shape, dtype and contiguity from the tensor itself."""
+    torch = pytest.importorskip("torch")
+    from polyad.runtime.cuda import _DeviceView
+    fields = ("shape", "ndim", "dtype", "ptr", "readonly", "contiguous", "nbytes")
+    for t in (torch.ones(3, 4), torch.ones(3, 4, dtype=torch.float64).t(),
+              torch.ones(5, dtype=torch.int32), torch.ones(2, 3, 4)[:, 1]):
+        fast, generic = _DeviceView(t), _DeviceView(_ArrayInterfaceOf(t.numpy()))
+        assert {f: getattr(fast, f) for f in fields} == {f: getattr(generic, f) for f in fields}
+
+
 def test_device_arrays_are_checked(rng):
     k = pa.compile(FORWARD["test_forward_kernels.blur"], target="cuda-sim")
     with pytest.raises(pa.DTypeError, match="dtype float32"):

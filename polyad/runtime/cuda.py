@@ -130,12 +130,24 @@ class DeviceArray:
         return f"<polyad DeviceArray shape={self.shape} dtype={self.dtype}>"
 
 
+# numpy dtypes of torch dtypes, filled as they are met (PyTorch is optional).
+_TORCH_DTYPES: dict = {}
+
+
 class _DeviceView:
-    """A caller's device array seen through ``__cuda_array_interface__``."""
+    """A caller's device array seen through ``__cuda_array_interface__``.
+
+    PyTorch tensors are read through their own attributes instead: the same facts
+    (pointer, shape, dtype, contiguity), and torch builds ``__cuda_array_interface__``
+    in Python, about 10 us per tensor per call (measured on an H100 host).
+    """
 
     def __init__(self, obj):
-        cai = obj.__cuda_array_interface__
         self.obj = obj
+        if type(obj).__module__ == "torch" and type(obj).__name__ in ("Tensor", "Parameter"):
+            self._from_torch(obj)
+            return
+        cai = obj.__cuda_array_interface__
         self.shape = tuple(cai["shape"])
         self.ndim = len(self.shape)
         self.dtype = np.dtype(cai["typestr"])
@@ -145,6 +157,18 @@ class _DeviceView:
         self.contiguous = strides is None or math.prod(self.shape) <= 1 or \
             tuple(strides) == _c_strides(self.shape, self.dtype.itemsize)
         self.nbytes = math.prod(self.shape) * self.dtype.itemsize
+
+    def _from_torch(self, t) -> None:
+        dtype = _TORCH_DTYPES.get(t.dtype)
+        if dtype is None:
+            dtype = _TORCH_DTYPES[t.dtype] = np.dtype(str(t.dtype).removeprefix("torch."))
+        self.shape = tuple(t.shape)
+        self.ndim = len(self.shape)
+        self.dtype = dtype
+        self.ptr = t.data_ptr()
+        self.readonly = False
+        self.contiguous = t.is_contiguous()
+        self.nbytes = math.prod(self.shape) * dtype.itemsize
 
 
 def _c_strides(shape: tuple, itemsize: int) -> tuple:
