@@ -127,3 +127,30 @@ def assert_matches(actual, expected, what: str) -> None:
     scale = float(np.max(finite, initial=0.0))
     np.testing.assert_allclose(actual, expected, rtol=rtol, atol=rtol * max(scale, 1.0),
                                err_msg=what)
+
+
+def assert_matches_openmp(name: str, kernel) -> None:
+    """``kernel`` (corpus entry ``name`` built for another target) gives the OpenMP build's
+    results and leaves the in-out arrays as it does."""
+    args = arguments(name)
+    omp_args, other_args = copies(args), copies(args)
+    expected = results(pa.compile(kernel_of(name))(**omp_args))
+    actual = results(kernel(**other_args))
+    assert len(actual) == len(expected)
+    for k, (a, e) in enumerate(zip(actual, expected)):
+        assert_matches(a, e, f"{name}: result {k}")
+    for n, v in omp_args.items():
+        if isinstance(v, np.ndarray):
+            assert_matches(other_args[n], v, f"{name}: array {n}")
+
+
+def assert_tv_gradient_over_many_blocks(target: str, shape: tuple, rng) -> None:
+    """value_and_grad of the TV cost on ``target`` against OpenMP at ``shape`` (many blocks
+    and a reduction over all of them)."""
+    from tv_kernel import tv_cost
+    g, b = rng.standard_normal(shape), rng.standard_normal(shape)
+    grad = pa.value_and_grad(tv_cost, "g")
+    value, dg = grad.package(pa.compile(grad, target=target)(g, b, 0.2))
+    ref_value, ref_dg = grad(g, b, 0.2)
+    np.testing.assert_allclose(value, ref_value, rtol=1e-11)
+    assert_matches(dg, ref_dg, "d_g")

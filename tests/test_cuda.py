@@ -19,7 +19,7 @@ import pytest
 
 import polyad as pa
 import cuda_corpus
-from cuda_corpus import arguments, kernel_of, assert_matches, copies, results
+from cuda_corpus import assert_matches, assert_matches_openmp, copies, kernel_of, results
 from polyad.pipeline import Options
 from polyad.runtime.cuda import DEFAULT_ARCH, DeviceArray, gpu_count
 from polyad.runtime.toolchain import CUDA_INCLUDE, NVCC_FLAGS, nvcc
@@ -116,17 +116,7 @@ def test_nvcc_builds_a_loadable_library():
 
 @pytest.mark.parametrize("name", NAMES)
 def test_simulator_matches_openmp(simulated, name):
-    sim, omp = simulated[name]
-    args = arguments(name)
-    omp_args, sim_args = copies(args), copies(args)
-    expected = results(omp(**omp_args))
-    actual = results(sim(**sim_args))
-    assert len(actual) == len(expected)
-    for k, (a, e) in enumerate(zip(actual, expected)):
-        assert_matches(a, e, f"{name}: result {k}")
-    for n, v in omp_args.items():  # in-out arrays
-        if isinstance(v, np.ndarray):
-            assert_matches(sim_args[n], v, f"{name}: array {n}")
+    assert_matches_openmp(name, simulated[name][0])
 
 
 # ---------------------------------------------------------------------------
@@ -208,13 +198,7 @@ def test_deterministic_two_pass_reduction(name):
 
 
 def test_many_blocks_and_a_large_reduction(rng):
-    g = rng.standard_normal((300, 301))
-    b = rng.standard_normal((300, 301))
-    grad = pa.value_and_grad(tv_cost, "g")
-    value, dg = grad.package(pa.compile(grad, target="cuda-sim")(g, b, 0.2))
-    ref_value, ref_dg = grad(g, b, 0.2)
-    assert value == pytest.approx(ref_value, rel=1e-12)
-    assert_matches(dg, ref_dg, "d_g")
+    cuda_corpus.assert_tv_gradient_over_many_blocks("cuda-sim", (300, 301), rng)
 
 
 # ---------------------------------------------------------------------------

@@ -26,10 +26,10 @@ import numpy as np
 import pytest
 
 import polyad as pa
-from cuda_corpus import GRADIENTS, NAMES, arguments, assert_matches, copies, kernel_of, results
+from cuda_corpus import (GRADIENTS, NAMES, assert_matches, assert_matches_openmp,
+                         assert_tv_gradient_over_many_blocks, copies, kernel_of, results)
 from polyad.runtime.cuda import DeviceArray, gpu_count
 from tape_kernels import KERNELS, make_args
-from tv_kernel import tv_cost, tv_cost_f32
 
 pytestmark = pytest.mark.skipif(gpu_count() == 0, reason="needs an NVIDIA GPU (CI has none; "
                                 "test_cuda.py runs the same CUDA text on the simulator)")
@@ -37,29 +37,13 @@ pytestmark = pytest.mark.skipif(gpu_count() == 0, reason="needs an NVIDIA GPU (C
 
 @pytest.mark.parametrize("name", NAMES)
 def test_device_matches_openmp(name):
-    kernel = kernel_of(name)
-    gpu, omp = pa.compile(kernel, target="cuda"), pa.compile(kernel)
+    gpu = pa.compile(kernel_of(name), target="cuda")
     assert gpu.arch == "native"
-    args = arguments(name)
-    omp_args, gpu_args = copies(args), copies(args)
-    expected = results(omp(**omp_args))
-    actual = results(gpu(**gpu_args))
-    assert len(actual) == len(expected)
-    for k, (a, e) in enumerate(zip(actual, expected)):
-        assert_matches(a, e, f"{name}: result {k}")
-    for n, v in omp_args.items():  # in-out arrays come back to the host
-        if isinstance(v, np.ndarray):
-            assert_matches(gpu_args[n], v, f"{name}: array {n}")
+    assert_matches_openmp(name, gpu)
 
 
 def test_large_reduction_and_gradient_over_many_blocks(rng):
-    g = rng.standard_normal((1531, 2049))
-    b = rng.standard_normal((1531, 2049))
-    grad = pa.value_and_grad(tv_cost, "g")
-    value, dg = grad.package(pa.compile(grad, target="cuda")(g, b, 0.2))
-    ref_value, ref_dg = grad(g, b, 0.2)
-    assert value == pytest.approx(ref_value, rel=1e-11)
-    assert_matches(dg, ref_dg, "d_g")
+    assert_tv_gradient_over_many_blocks("cuda", (1531, 2049), rng)
 
 
 @pytest.mark.parametrize("name", ["tv_cost", "logsumexp", "deconv_wrt_image_and_filter"])
@@ -78,20 +62,24 @@ def test_deterministic_reductions_are_bitwise_repeatable(name):
 def test_torch_cuda_tensors_are_used_in_place(rng):
     torch = pytest.importorskip("torch")
     assert torch.cuda.is_available()
-    g_host = rng.standard_normal((300, 301)).astype(np.float32)
-    b_host = rng.standard_normal((300, 301)).astype(np.float32)
-    g, b = torch.from_numpy(g_host).cuda(), torch.from_numpy(b_host).cuda()
-    grad = pa.compile(pa.grad(tv_cost_f32, "g"), target="cuda")
-    d = grad(g, b, 0.1)
-    assert isinstance(d, torch.Tensor) and d.is_cuda and d.dtype == torch.float32
-    expected = pa.compile(pa.grad(tv_cost_f32, "g"))(g_host, b_host, 0.1)
-    np.testing.assert_allclose(d.cpu().numpy(), expected, rtol=2e-5, atol=2e-5)
-    out = torch.full_like(g, float("nan"))
-    before = out.data_ptr()
-    assert grad(g, b, 0.1, out) is out and out.data_ptr() == before
-    np.testing.assert_array_equal(out.cpu().numpy(), d.cpu().numpy())
+    derived, args = GRADIENTS["f32_cost"]
+    grad = pa.compile(derived, target="cuda")
+    x, w = torch.from_numpy(args["x"]).cuda(), torch.from_numpy(args["w"]).cuda()
+    dx, dw = grad(x, w)
+    for d in (dx, dw):
+        assert isinstance(d, torch.Tensor) and d.is_cuda and d.dtype == torch.float32
+    expected = pa.compile(derived)(**copies(args))
+    for d, e in zip((dx, dw), expected):
+        assert_matches(d.cpu().numpy(), e, "f32_cost")
+    outs = torch.full_like(x, float("nan")), torch.full_like(w, float("nan"))
+    before = [o.data_ptr() for o in outs]
+    returned = grad(x, w, *outs)
+    assert all(r is o for r, o in zip(returned, outs))
+    assert [o.data_ptr() for o in outs] == before
+    for o, d in zip(outs, (dx, dw)):
+        np.testing.assert_array_equal(o.cpu().numpy(), d.cpu().numpy())
     with pytest.raises(pa.DTypeError, match="float32"):
-        grad(g.double(), b.double(), 0.1)
+        grad(x.double(), w.double())
 
 
 def test_cupy_arrays_are_used_in_place(rng):

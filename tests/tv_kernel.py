@@ -1,5 +1,4 @@
-"""The TV cost of DESIGN §1 (float64, and float32 for the device tests), shared by the test
-files that need a realistic kernel."""
+"""The TV cost of DESIGN §1, shared by the test files that need a realistic kernel."""
 
 import polyad as pa
 
@@ -16,13 +15,3 @@ def tv_cost(g: pa.f64[M, N].clamped, b: pa.f64[M, N], lam: pa.f64) -> pa.f64:
             C += lam * abs(g[m - 1, n] - g[m, n])
     return C
 
-
-@pa.kernel
-def tv_cost_f32(g: pa.f32[M, N].clamped, b: pa.f32[M, N], lam: pa.f32) -> pa.f32:
-    C = 0.0
-    for m in range(M):
-        for n in range(N):
-            C += (g[m, n] - b[m, n]) ** 2
-            C += lam * abs(g[m, n - 1] - g[m, n])
-            C += lam * abs(g[m - 1, n] - g[m, n])
-    return C
