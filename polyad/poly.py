@@ -795,7 +795,9 @@ def accumulator_arrays(kernel: ir.Kernel) -> frozenset:
     Every statement accessing such an array ``V`` either updates it with
     ``+=``/``-=`` and reads ``V`` nowhere else (value, indices, guard), or
     writes it with ``=`` without reading it, sharing no loop with any other
-    statement accessing ``V`` (the zero-initialization of an adjoint).
+    statement accessing ``V`` (the zero-initialization of an adjoint) but updates
+    of the element it writes, ``V[i, j, k]`` in its loops i, j, k (the zeroing
+    fused into the first nest of updates).
 
     For these arrays memory-based and value-based dependences agree on which
     loops carry a dependence, for any schedule that respects either. Take
@@ -816,6 +818,21 @@ def accumulator_arrays(kernel: ir.Kernel) -> frozenset:
     instance writes its element).
     """
     scalars = {n for n, _ in kernel.locals}
+
+    def apart(init: Statement, other: Statement) -> bool:
+        """``init`` shares no loop with ``other``, or (the zeroing fused into the nest
+        of the updates) writes the element of its own iteration, ``V[i, j, k]`` under
+        loops i, j, k, and ``other`` is an update of that same element inside those
+        loops: no loop both share carries a dependence between them under either
+        analysis, and the loops inside hold updates only (the argument above)."""
+        if not init.loops or not other.loops or init.position[0] != other.position[0]:
+            return True
+        c = len(init.loops)
+        own = tuple(LoopVar(lp.var) for lp in init.loops)
+        return (init.target.index == own and other.op in ("+=", "-=")
+                and other.target.index == own and other.loops[:c] == init.loops
+                and other.position[:c] == init.position[:c])
+
     statements: dict[str, list[Statement]] = {}
     for st in kernel.statements:
         names = {st.target_name} | {x.array for e in st.exprs() for x in ir.walk(e)
@@ -830,8 +847,7 @@ def accumulator_arrays(kernel: ir.Kernel) -> frozenset:
         inits = [st for st in users if st.op == "="]
         if len(updates) + len(inits) != len(users) or not updates:
             continue
-        if all(not st.loops or not other.loops or st.position[0] != other.position[0]
-               for st in inits for other in users if other is not st):
+        if all(apart(st, other) for st in inits for other in users if other is not st):
             out.append(name)
     return frozenset(out)
 
