@@ -31,8 +31,8 @@ import islpy as isl
 
 from .. import ir
 from ..ir import Condition, Load, Loop, LoopVar
-from ..poly import (PolyModel, aff_to_expr, dependences, inverse_pieces, maps_of, model_of,
-                    param_exprs, projected_accesses, set_to_condition,
+from ..poly import (PolyModel, aff_to_expr, approximate, dependences, inverse_pieces, maps_of,
+                    model_of, param_exprs, projected_accesses, set_to_condition,
                     within_outer_iterations)
 from .nests import common_depth, loop_nests
 
@@ -182,8 +182,8 @@ def _invert(st: ir.Statement, at: ir.ArrayType, model: PolyModel, outer: int = 0
     loops must have bounds that depend on no loop but the outer ones.
     """
     depth, ndim = len(st.loops), at.ndim
-    if ndim > depth - outer:
-        return None
+    if ndim > depth - outer or approximate(st.target):
+        return None  # (an over-approximated write relation's inverse is no gather)
     access = model.access_map(st, st.target)
     kept_vars = {lp.var for lp in st.loops[:outer]}
     for free in itertools.combinations(reversed(range(outer, depth)), depth - outer - ndim):
