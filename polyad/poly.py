@@ -404,9 +404,10 @@ def split_boundary_pieces(kernel: ir.Kernel, model: Optional[PolyModel] = None) 
     ``S3_1``, ...; a statement needing no split keeps its name). Reads outside a
     ``.zero`` array become the constant 0; writes outside it drop the piece.
     A statement that would split into more than ``MAX_FINE_PIECES`` pieces, all
-    of whose modes are clamped or mirror, becomes two instead: its interior (every
-    index inside its array, the same piece as above) and its border (the rest of
-    its domain), whose indices resolve the mode with min/max (``_border_index``).
+    of whose modes are clamped or mirror, becomes two instead when the rest of its
+    domain is a face of it (``_lower_dimensional``): its interior (every index
+    inside its array, the same piece as above) and its border (that rest, split
+    kind ``border``), whose indices resolve the mode with min/max (``_border_index``).
     """
     model = model_of(kernel, model)
     new_statements = []
