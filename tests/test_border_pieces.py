@@ -154,7 +154,7 @@ def test_3d_border_piece_gradient_matches_finite_differences(shape):
     check_against_fd(stencil7, "x", args, rtol=1e-6, atol=1e-7)
 
 
-def test_benchmark_interiors_stay_vector_loops():
+def test_coarse_split_interior_stays_a_vector_loop_and_the_border_takes_no_atomics():
     """The interior of a coarse-split stencil gradient is a loop over plain indices under
     'omp simd' (the border's min/max stays out of it)."""
     src = pa.grad(blur_clamped, wrt="x").source
@@ -164,6 +164,9 @@ def test_benchmark_interiors_stay_vector_loops():
     assert inner, src
     bodies = ["\n".join(lines[k + 1:k + 4]) for k in inner]
     assert any("pa_max" not in b and "pa_min" not in b for b in bodies), src
+    # the border's scatter d_x[max(0, min(m + a - 1, M - 1)), ...] += runs in its own
+    # nest after the gathered interior, sequential (thin), not with atomic updates
+    assert "atomic" not in src and "pa_max_i64(0, pa_min_i64(m + a - 1" in src, src
 
 
 ASAN_SCRIPT = textwrap.dedent('''

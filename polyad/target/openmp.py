@@ -441,6 +441,9 @@ class _Planner:
             return False, f"left sequential: at most {SMALL_LOOP} iterations, too few for threads"
         if enclosing is not None:
             return False, "runs inside an enclosing 'omp parallel for' loop"
+        if atomic and all(st.on_border for st in self.kernel.statements if st.name in atomic):
+            return False, ("left sequential: its scatters are border pieces (a face of the "
+                           "domain: too little work to pay for atomic updates)")
         it = node.for_get_iterator().get_id().get_name()
         if atomic and self.sums_along(node, it, set(facts.scatters)) is not None:
             return False, ("left sequential: every iteration adds into the same elements "
