@@ -442,7 +442,9 @@ class Condition:
 @dataclass(frozen=True)
 class Split:
     """One step of a statement's lineage: it is piece ``index`` of statement ``parent``,
-    cut by the ``kind`` pass (``boundary``: a boundary-mode piece; ``gather``: a piece of a
+    cut by the ``kind`` pass (``boundary``: a boundary-mode piece; ``border``: the one
+    border piece of a statement whose boundary cases were too many to split one by one,
+    its domain a face of the statement's, lower-dimensional; ``gather``: a piece of a
     scatter rewritten as a gather)."""
 
     parent: str
@@ -479,6 +481,12 @@ class Statement:
     def piece_of(self, name: str) -> bool:
         """Is this statement ``name`` itself or a piece split from statement ``name``?"""
         return self.name == name or any(s.parent == name for s in self.origin)
+
+    @property
+    def on_border(self) -> bool:
+        """Is this statement (a piece of) a ``border`` piece: instances on a face of its
+        statement's domain, whose number grows a dimension slower than the interior's?"""
+        return any(s.kind == "border" for s in self.origin)
 
     def split(self, kind: str, index: int, name: str) -> "Statement":
         """Piece ``index`` of this statement cut by the ``kind`` pass, named ``name``."""

@@ -35,7 +35,7 @@ import islpy as isl
 
 from . import ir
 from .errors import BoundsError
-from .ir import (Binary, Cast, Condition, Const, Expr, Load, LoopVar, ScalarRef, SizeVar,
+from .ir import (Binary, Call, Cast, Condition, Const, Expr, Load, LoopVar, ScalarRef, SizeVar,
                  Statement, Unary)
 
 # Words the ISL parser reserves; DSL names equal to one of these get a suffix.
@@ -65,7 +65,15 @@ def affine_text(e: Expr) -> str:
             return f"floor(({a})/{b})"
         if e.op == "%":
             return f"(({a}) mod {b})"
+    if isinstance(e, Call) and e.func in ("min", "max") and not e.dtype.is_float:
+        return f"{e.func}({', '.join(affine_text(x) for x in e.args)})"
     raise ValueError(f"not an affine expression: {ir.expr_str(e)}")
+
+
+def approximate(ld: Load) -> bool:
+    """Is ``PolyModel.access_map`` of ``ld`` an over-approximation (an index through min or
+    max: a border piece's resolved boundary mode)?"""
+    return any(isinstance(x, Call) for e in ld.index for x in ir.walk(e))
 
 
 @dataclass(frozen=True)
@@ -201,17 +209,36 @@ class PolyModel:
 
     # ---- accesses --------------------------------------------------------
     def access_map(self, st: Statement, ld: Load) -> isl.Map:
-        """``{ S[i] -> A[index(i)] }`` restricted to the domain of ``st`` (plain affine index)."""
+        """``{ S[i] -> A[index(i)] }`` restricted to the domain of ``st``.
+
+        An index through min/max (a border piece's resolved boundary mode, see
+        ``split_boundary_pieces``) gives, per part of the domain, the simple hull of the
+        exact relation: the cells it touches and a few more next to them. The exact
+        relation of ``x[max(0, min(i + a - 1, X - 1)), ...]`` has one piece per
+        combination of cases, and the analyses (dependences, the scheduler) would pay
+        for their product again; an over-approximation keeps them sound as long as
+        such a write counts only as a may-write (``accesses``, ``approximate``).
+        ``exact_access_map`` gives the exact relation (the bounds proof).
+        """
         key = (id(st), ld)
         hit = self._access_maps.get(key)
         if hit is not None and hit[0] is st:
             return hit[1]
+        m = self.exact_access_map(st, ld)
+        if approximate(ld):
+            hull = isl.Map.empty(m.get_space())
+            for part in self.domain(st).get_basic_sets():
+                hull = hull.union(m.intersect_domain(part).simple_hull())
+            m = hull.intersect_domain(self.domain(st))
+        self._access_maps[key] = (st, m)
+        return m
+
+    def exact_access_map(self, st: Statement, ld: Load) -> isl.Map:
+        """``{ S[i] -> A[index(i)] }`` restricted to the domain of ``st``, exactly."""
         idx = ", ".join(affine_text(e) for e in ld.index)
         m = isl.Map.read_from_str(
             self.ctx, f"{self.param_prefix}{{ {self.tuple_text(st)} -> {ld.array}[{idx}] }}")
-        m = m.intersect_domain(self.domain(st))
-        self._access_maps[key] = (st, m)
-        return m
+        return m.intersect_domain(self.domain(st))
 
     def scalar_map(self, st: Statement, name: str) -> isl.Map:
         m = isl.Map.read_from_str(
@@ -221,7 +248,8 @@ class PolyModel:
     def accesses(self):
         """(reads, must_writes, may_writes) as UnionMaps; scalars are 0-d arrays.
 
-        A guarded statement's write is only a may-write (the guard may be false).
+        A guarded statement's write is only a may-write (the guard may be false), and so
+        is a write whose relation ``access_map`` over-approximates.
         """
         space = self.context.get_space()
         reads = isl.UnionMap.empty(space)
@@ -236,7 +264,7 @@ class PolyModel:
             t = st.target
             w = self.access_map(st, t) if isinstance(t, Load) else self.scalar_map(st, t.name)
             may = may.union(w.to_union_map())
-            if st.guard is None:
+            if st.guard is None and not (isinstance(t, Load) and approximate(t)):
                 must = must.union(w.to_union_map())
         return reads, must, may
 
@@ -351,15 +379,35 @@ def model_of(kernel: ir.Kernel, model: Optional[PolyModel] = None) -> PolyModel:
     return model.for_kernel(kernel) if model is not None else PolyModel(kernel)
 
 
+# A statement whose boundary cases combine into more pieces than this is split into
+# its interior and ONE border piece instead (when every mode it reads through has a
+# closed form, see ``_border_index``): each piece is a statement the scheduler and
+# ISL's AST generator handle on its own, and their number is the product of the
+# cases of every index (a 27-point clamped read alone has 3^3), which made AST
+# generation take most of a compile (energy27's gradient: 11 s of 15 s). Up to this
+# many the border pieces keep plain affine indices, which the gather passes invert
+# (a 3x3 stencil's adjoint, tv's two neighbours, a 5-tap filter).
+MAX_FINE_PIECES = 4
+
+# Modes whose resolved index has a closed min/max form (``_border_index``); the others
+# (circular, zero) are always split case by case.
+_BORDER_MODES = ("clamped", "mirror")
+
+
 def split_boundary_pieces(kernel: ir.Kernel, model: Optional[PolyModel] = None) -> ir.Kernel:
     """Resolve boundary modes by splitting statements into affine pieces.
 
     Returns a kernel whose statements access arrays only through plain affine
-    indices: each statement with accesses through ``.clamped``, ``.circular``,
-    ``.mirror`` or ``.zero`` is replaced by one piece per combination of index
-    ranges that occurs (named ``S3_0``, ``S3_1``, ...; a statement needing no
-    split keeps its name). Reads outside a ``.zero`` array become the constant
-    0; writes outside it drop the piece.
+    indices or, on a border piece, min/max of them: each statement with accesses
+    through ``.clamped``, ``.circular``, ``.mirror`` or ``.zero`` is replaced by
+    one piece per combination of index ranges that occurs (named ``S3_0``,
+    ``S3_1``, ...; a statement needing no split keeps its name). Reads outside a
+    ``.zero`` array become the constant 0; writes outside it drop the piece.
+    A statement that would split into more than ``MAX_FINE_PIECES`` pieces, all
+    of whose modes are clamped or mirror, becomes two instead when the rest of its
+    domain is a face of it (``_lower_dimensional``): its interior (every index
+    inside its array, the same piece as above) and its border (that rest, split
+    kind ``border``), whose indices resolve the mode with min/max (``_border_index``).
     """
     model = model_of(kernel, model)
     new_statements = []
@@ -368,33 +416,122 @@ def split_boundary_pieces(kernel: ir.Kernel, model: Optional[PolyModel] = None) 
         if not moded:
             new_statements.append(st)
             continue
-        # Each partial piece: (extra conditions, its domain, {load: [resolved index | None]}).
-        pieces = [((), model.domain(st), {})]
-        for ld in moded:
-            at = kernel.array_type(ld.array)
-            for e, ext in zip(ld.index, at.shape):
-                refined = []
-                for conds, pdom, choice in pieces:
-                    for cond, res in _dim_pieces(e, ext, at.mode):
-                        cset = model.condition_set(st, cond)
-                        sub = pdom.intersect(cset)
-                        if sub.is_empty():
-                            continue
-                        implied = pdom.is_subset(cset)
-                        refined.append((conds if implied else conds + (Condition(cond),),
-                                        pdom if implied else sub.coalesce(),
-                                        {**choice, ld: choice.get(ld, []) + [res]}))
-                pieces = refined
-        for k, (conds, pdom, choice) in enumerate(pieces):
+        coarse = all(kernel.array_type(ld.array).mode in _BORDER_MODES for ld in moded)
+        pieces = _case_pieces(kernel, model, st, moded, MAX_FINE_PIECES if coarse else None)
+        if pieces is None:
+            pieces = (_interior_and_border(kernel, model, st, moded)
+                      or _case_pieces(kernel, model, st, moded, None))
+        for k, (conds, pdom, choice, kind) in enumerate(pieces):
             piece = _resolve_piece(st, choice)
             if piece is None:
                 continue
             if len(pieces) > 1:
-                piece = piece.split("boundary", k, f"{st.name}_{k}")
+                piece = piece.split(kind, k, f"{st.name}_{k}")
             piece = dataclasses.replace(piece, conditions=st.conditions + conds)
             model.seed_domain(piece, pdom.set_tuple_name(piece.name))
             new_statements.append(piece)
     return dataclasses.replace(kernel, statements=tuple(new_statements))
+
+
+def _case_pieces(kernel, model: PolyModel, st: Statement, moded: list[Load],
+                 limit: Optional[int]) -> Optional[list]:
+    """The pieces of ``st``, one per combination of index cases that occurs:
+    (extra conditions, domain, {load: [resolved index | None per dimension]}, split kind);
+    None once they would be more than ``limit``."""
+    pieces = [((), model.domain(st), {})]
+    for ld in moded:
+        at = kernel.array_type(ld.array)
+        for e, ext in zip(ld.index, at.shape):
+            refined = []
+            for conds, pdom, choice in pieces:
+                for cond, res in _dim_pieces(e, ext, at.mode):
+                    cset = model.condition_set(st, cond)
+                    sub = pdom.intersect(cset)
+                    if sub.is_empty():
+                        continue
+                    implied = pdom.is_subset(cset)
+                    refined.append((conds if implied else conds + (Condition(cond),),
+                                    pdom if implied else sub.coalesce(),
+                                    {**choice, ld: choice.get(ld, []) + [res]}))
+            pieces = refined
+            if limit is not None and len(pieces) > limit:
+                return None
+    return [(conds, pdom, choice, "boundary") for conds, pdom, choice in pieces]
+
+
+def _interior_and_border(kernel, model: PolyModel, st: Statement,
+                         moded: list[Load]) -> Optional[list]:
+    """``st``'s interior piece (every moded index inside its array: plain indices) and its
+    border piece (the rest: each index that leaves the array there resolved by
+    ``_border_index``, or by its one case when the border stays on one side), in the form
+    of ``_case_pieces``; either is absent when empty. None when the border is not
+    lower-dimensional (``x[2 * i]`` over ``i < N``: half the domain), where its own
+    nest would be a leading term of the work."""
+    dom = model.domain(st)
+    inside = []  # (load, dimension, condition, its set) where the domain leaves the array
+    for ld in moded:
+        at = kernel.array_type(ld.array)
+        for d, (e, ext) in enumerate(zip(ld.index, at.shape)):
+            cond = _dim_pieces(e, ext, at.mode)[0][0]
+            cset = model.condition_set(st, cond)
+            if not dom.is_subset(cset):
+                inside.append((ld, d, cond, cset))
+    interior = dom
+    for _, _, _, cset in inside:
+        interior = interior.intersect(cset)
+    interior = interior.coalesce()
+    border = dom.subtract(interior).coalesce()
+    plain = {ld: list(ld.index) for ld in moded}
+    border_choice = {ld: list(ld.index) for ld in moded}
+    for ld, d, _, cset in inside:
+        if border.is_subset(cset):
+            continue
+        at = kernel.array_type(ld.array)
+        e, ext = ld.index[d], at.shape[d]
+        cases = [res for cond, res in _dim_pieces(e, ext, at.mode)
+                 if not border.intersect(model.condition_set(st, cond)).is_empty()]
+        border_choice[ld][d] = cases[0] if len(cases) == 1 else _border_index(e, ext, at.mode)
+    if not _lower_dimensional(border):
+        return None
+    pieces = []
+    if not interior.is_empty():
+        pieces.append((tuple(Condition(c) for _, _, c, _ in inside), interior, plain,
+                       "boundary"))
+    if not border.is_empty():
+        everywhere_inside = None
+        for _, _, c, _ in inside:
+            everywhere_inside = c if everywhere_inside is None else \
+                Binary("and", everywhere_inside, c, ir.boolean)
+        pieces.append(((Condition(everywhere_inside, positive=False),), border, border_choice,
+                       "border"))
+    return pieces
+
+
+def _lower_dimensional(s: isl.Set) -> bool:
+    """Does every part of ``s`` lie in a hyperplane of its space (a face of a loop nest:
+    ``S[m = 0, n]``, ``S[m, a, b = 0, n = 0]``), so that it has a dimension fewer?"""
+    def pinned(b: isl.BasicSet) -> bool:
+        return any(c.is_equality() and any(
+            not c.get_coefficient_val(isl.dim_type.set, d).is_zero()
+            for d in range(b.dim(isl.dim_type.set)))
+            for c in b.affine_hull().get_constraints())
+    return all(pinned(b) for b in s.get_basic_sets())
+
+
+def _border_index(e: Expr, extent: Expr, mode: str) -> Expr:
+    """Where index ``e`` lands under ``mode`` on every side at once, as min/max of affine
+    expressions (C and ISL both read them): clamped ``max(0, min(e, extent - 1))``;
+    mirror ``min(|e|, 2 extent - 2 - |e|)`` with ``|e| = max(e, -e)``, one reflection as
+    in ``_dim_pieces`` (the bounds proof asks the sizes for it)."""
+    lo = lambda a, b: Call("min", (a, b), ir.i64)
+    hi = lambda a, b: Call("max", (a, b), ir.i64)
+    zero, one, two = Const(0, ir.i64), Const(1, ir.i64), Const(2, ir.i64)
+    last = Binary("-", extent, one, ir.i64)
+    if mode == "clamped":
+        return hi(zero, lo(e, last))
+    assert mode == "mirror", mode
+    size = hi(e, Unary("neg", e, ir.i64))
+    return lo(size, Binary("-", Binary("*", two, last, ir.i64), size, ir.i64))
 
 
 def _resolve_piece(st: Statement, choice: dict) -> Optional[Statement]:
@@ -473,7 +610,7 @@ def check_bounds(kernel: ir.Kernel, model: PolyModel) -> list[SizeRequirement]:
                 continue
             seen.add(key)
             at = kernel.array_type(ld.array)
-            acc_map = model.access_map(st, ld)
+            acc_map = model.exact_access_map(st, ld)
             if acc_map.range().is_subset(model.array_box(ld.array)):
                 continue  # (most accesses: one test instead of one per dimension)
             for d, ext in enumerate(at.shape):
@@ -659,7 +796,9 @@ def accumulator_arrays(kernel: ir.Kernel) -> frozenset:
     Every statement accessing such an array ``V`` either updates it with
     ``+=``/``-=`` and reads ``V`` nowhere else (value, indices, guard), or
     writes it with ``=`` without reading it, sharing no loop with any other
-    statement accessing ``V`` (the zero-initialization of an adjoint).
+    statement accessing ``V`` (the zero-initialization of an adjoint) but updates
+    of the element it writes, ``V[i, j, k]`` in its loops i, j, k (the zeroing
+    fused into the first nest of updates).
 
     For these arrays memory-based and value-based dependences agree on which
     loops carry a dependence, for any schedule that respects either. Take
@@ -680,6 +819,21 @@ def accumulator_arrays(kernel: ir.Kernel) -> frozenset:
     instance writes its element).
     """
     scalars = {n for n, _ in kernel.locals}
+
+    def apart(init: Statement, other: Statement) -> bool:
+        """``init`` shares no loop with ``other``, or (the zeroing fused into the nest
+        of the updates) writes the element of its own iteration, ``V[i, j, k]`` under
+        loops i, j, k, and ``other`` is an update of that same element inside those
+        loops: no loop both share carries a dependence between them under either
+        analysis, and the loops inside hold updates only (the argument above)."""
+        if not init.loops or not other.loops or init.position[0] != other.position[0]:
+            return True
+        c = len(init.loops)
+        own = tuple(LoopVar(lp.var) for lp in init.loops)
+        return (init.target.index == own and other.op in ("+=", "-=")
+                and other.target.index == own and other.loops[:c] == init.loops
+                and other.position[:c] == init.position[:c])
+
     statements: dict[str, list[Statement]] = {}
     for st in kernel.statements:
         names = {st.target_name} | {x.array for e in st.exprs() for x in ir.walk(e)
@@ -694,8 +848,7 @@ def accumulator_arrays(kernel: ir.Kernel) -> frozenset:
         inits = [st for st in users if st.op == "="]
         if len(updates) + len(inits) != len(users) or not updates:
             continue
-        if all(not st.loops or not other.loops or st.position[0] != other.position[0]
-               for st in inits for other in users if other is not st):
+        if all(apart(st, other) for st in inits for other in users if other is not st):
             out.append(name)
     return frozenset(out)
 

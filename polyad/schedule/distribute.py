@@ -79,8 +79,17 @@ def expand_and_distribute(kernel: ir.Kernel, model: Optional[PolyModel] = None) 
                     and st.scalar_reads() & written_scalars]
         if not scatters:
             continue
-        moved = {st.name for st in scatters}
         scatter_targets = {st.target.array for st in scatters}
+        # Other updates of a scatter target that read nothing the nest writes (an
+        # adjoint's d_u[i, j, k] += f(u) beside the scatter d_u[i + a - 1, ...] += d_s * w)
+        # go along: the nest only adds to the target, so their order against the rest
+        # does not matter, and left behind they would keep the scatters in the nest.
+        written = {st.target_name for st in nest}
+        scatters += [st for st in nest
+                     if st not in scatters and isinstance(st.target, Load)
+                     and st.op in ("+=", "-=") and st.target.array in scatter_targets
+                     and not (st.read_names() - {st.target.array}) & written]
+        moved = {st.name for st in scatters}
         rest = [st for st in nest if st.name not in moved]
         c = common_depth(nest)
         why = ""

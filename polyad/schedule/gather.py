@@ -31,8 +31,8 @@ import islpy as isl
 
 from .. import ir
 from ..ir import Condition, Load, Loop, LoopVar
-from ..poly import (PolyModel, aff_to_expr, dependences, inverse_pieces, maps_of, model_of,
-                    param_exprs, projected_accesses, set_to_condition,
+from ..poly import (PolyModel, aff_to_expr, approximate, dependences, inverse_pieces, maps_of,
+                    model_of, param_exprs, projected_accesses, set_to_condition,
                     within_outer_iterations)
 from .nests import common_depth, loop_nests
 
@@ -182,8 +182,8 @@ def _invert(st: ir.Statement, at: ir.ArrayType, model: PolyModel, outer: int = 0
     loops must have bounds that depend on no loop but the outer ones.
     """
     depth, ndim = len(st.loops), at.ndim
-    if ndim > depth - outer:
-        return None
+    if ndim > depth - outer or approximate(st.target):
+        return None  # (an over-approximated write relation's inverse is no gather)
     access = model.access_map(st, st.target)
     kept_vars = {lp.var for lp in st.loops[:outer]}
     for free in itertools.combinations(reversed(range(outer, depth)), depth - outer - ndim):
@@ -247,6 +247,7 @@ def scatter_to_gather(kernel: ir.Kernel, model: PolyModel) -> tuple[ir.Kernel, d
     params = param_exprs(kernel)
     decisions: dict[str, str] = {}
     out = []
+    after_nest: set[str] = set()  # border scatters moved behind their nest
     for st in kernel.statements:
         t = st.target
         if (not st.loops or not isinstance(t, Load) or st.op not in ("+=", "-=")
@@ -270,6 +271,9 @@ def scatter_to_gather(kernel: ir.Kernel, model: PolyModel) -> tuple[ir.Kernel, d
             found = _invert(st, at, model, outer)
             if found is None:
                 why = f"several iterations write the same element of {t.array!r}"
+                if st.on_border and not outer:
+                    after_nest.add(st.name)
+                    why += " (a border piece: it runs in a nest of its own after this one)"
         if found is None:
             decisions[st.name] = "scatter: " + why
             out.append(st)
@@ -296,7 +300,32 @@ def scatter_to_gather(kernel: ir.Kernel, model: PolyModel) -> tuple[ir.Kernel, d
             f"gather inside loop{'s' if outer > 1 else ''} "
             f"{', '.join(lp.var for lp in st.loops[:outer])} (each iteration gathers what it "
             f"scattered: the statement's instances are reordered only within one)")
-    return dataclasses.replace(kernel, statements=tuple(out)), decisions
+    return (dataclasses.replace(kernel, statements=tuple(_after_their_nests(out, after_nest))),
+            decisions)
+
+
+def _after_their_nests(statements: list, moved: set) -> list:
+    """``statements`` with those named in ``moved`` in a top-level nest of their own right
+    after the one they were in (later nests shift by one).
+
+    For the border piece of a scatter (``Statement.on_border``) that stays a scatter
+    beside its gathered interior: its iterations conflict, so in the interior's nest it
+    would make the nest's outer loop sequential; on its own the interior's loop stays
+    parallel and the thin border runs after it. Legal where the whole nest may reorder
+    the piece's instances (``_legal`` with no outer loop kept): the nest only adds to its
+    target and reads nothing the nest writes.
+    """
+    if not moved:
+        return statements
+    nests = {st.position[0] for st in statements if st.name in moved}
+    out = []
+    for first, group in itertools.groupby(statements, key=lambda st: st.position[0]):
+        group = list(group)
+        at = first + sum(1 for n in nests if n < first)
+        for behind in (False, True):
+            out += [dataclasses.replace(st, position=(at + behind,) + st.position[1:])
+                    for st in group if (st.name in moved) == behind]
+    return out
 
 
 def _inside_loops(kernel: ir.Kernel, st: ir.Statement, outer: int) -> list:

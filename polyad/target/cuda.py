@@ -143,8 +143,10 @@ class CudaPlan:
         return None if key is None else self.loops.get(key)
 
     def score(self) -> tuple[int, int]:
-        """(statements in a grid loop, statements under any loop)."""
+        """(statements in a grid loop, statements under any loop); border pieces
+        (``Statement.on_border``: a face of their statement's domain) do not count."""
         parallel, looped = set(), set()
+        border = {st.name for st in self.scheduled.kernel.statements if st.on_border}
 
         def walk(node, in_loop, in_grid):
             lp = self.loop(node)
@@ -161,7 +163,7 @@ class CudaPlan:
                 walk(c, in_loop, in_grid)
 
         walk(self.scheduled.ast, False, False)
-        return len(parallel), len(looped)
+        return len(parallel - border), len(looped - border)
 
 
 class _CudaPlanner(_Planner):

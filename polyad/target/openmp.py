@@ -214,7 +214,8 @@ class OpenMPPlan:
         threads only from THIN_WORK iterations on (``region_if``: one loop's work per
         barrier) or in a vector loop (simd, per-lane partial sums) outside threads that
         walks its arrays at unit stride, and 0 otherwise; the most is 2 per deepest
-        statement under a loop.
+        statement under a loop. A border piece (``Statement.on_border``) is not deepest:
+        its instances lie on a face of its statement's domain.
         """
         parallel, looped = {}, set()
         deepest = max((len(st.loops) for st in self.scheduled.kernel.statements), default=0)
@@ -230,7 +231,7 @@ class OpenMPPlan:
                     if lp.simd or lp.lane_sums else None
             if node.get_type() == isl.ast_node_type.user:
                 for st, call in user_statements(node, by_name):
-                    if len(st.loops) == deepest and in_loop:
+                    if len(st.loops) == deepest and in_loop and not st.on_border:
                         looped.add(st.name)
                         work = 2 if threads and not thin else 1 if threads or (
                             vector is not None and _unit_stride_along(st, call, vector)) else 0
@@ -440,6 +441,9 @@ class _Planner:
             return False, f"left sequential: at most {SMALL_LOOP} iterations, too few for threads"
         if enclosing is not None:
             return False, "runs inside an enclosing 'omp parallel for' loop"
+        if atomic and all(st.on_border for st in self.kernel.statements if st.name in atomic):
+            return False, ("left sequential: its scatters are border pieces (a face of the "
+                           "domain: too little work to pay for atomic updates)")
         it = node.for_get_iterator().get_id().get_name()
         if atomic and self.sums_along(node, it, set(facts.scatters)) is not None:
             return False, ("left sequential: every iteration adds into the same elements "
