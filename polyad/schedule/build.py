@@ -20,6 +20,7 @@ from . import nests
 from .cleanup import (forward_copies, fuse_independent_nests, fuse_zero_initialization,
                       remove_dead_statements, updates_in_place)
 from .distribute import distribute_after_scatters, expand_and_distribute
+from .fusion import fuse_pipelines
 from .gather import ascending_order_free_nests, scatter_to_gather, small_target
 from .split import split_conflicting_instances
 from .tiling import tile_schedule
@@ -55,7 +56,10 @@ class LoopFacts:
     reduction operator '+' or '*', the scalar is only updated by it),
     ``private`` scalars (written before read in every iteration, not read
     after the loop), ``scatters`` (array name -> ScatterFact: ``+=`` updates
-    of an array from several iterations). ``why_not_parallel`` says why a loop
+    of an array from several iterations), ``row_buffers`` (rolling row buffers of
+    a fused nest, ``fusion``, that no flow dependence carries from one iteration
+    to another and none enters or leaves the loop: each iteration, a chunk of
+    rows, gets its own). ``why_not_parallel`` says why a loop
     is not parallel; ``carried``: some dependence is carried at all.
     ``trip_count_bound``: an upper bound on the iterations that holds for all
     sizes, or None when the count grows with the sizes. ``extent``: the number of
@@ -75,6 +79,7 @@ class LoopFacts:
     private: tuple = ()
     scatters: dict = field(default_factory=dict)
     why_not_parallel: str = ""
+    row_buffers: tuple = ()
     trip_count_bound: Optional[int] = None
     extent: Optional[isl.AstExpr] = None
 
@@ -171,6 +176,7 @@ class _LoopAnalysis:
         self.deps = deps
         self.by_name = {s.name: s for s in sk_kernel.statements}
         self.locals = dict(sk_kernel.locals)
+        self.row_buffers = {t.name: t.chunk for t in sk_kernel.temps if t.role == "rows"}
         self.loops: dict[str, LoopFacts] = {}
         self.error: Optional[BaseException] = None
         # (kind, variable) -> [(source statement, sink statement, map)]: a loop's test
@@ -223,6 +229,23 @@ class _LoopAnalysis:
         same = isl.UnionSet.read_from_str(self.model.ctx, f"{{ [{outer}] }}")
         return pairs.deltas().intersect(same).is_empty()
 
+    def iterates(self, node: isl.AstNode, var: str, chunk: str) -> bool:
+        """Whether the AST loop ``node`` moves, in every statement of its body that accesses
+        ``var``, the loop variable ``chunk`` and no other."""
+        iterator = node.for_get_iterator().get_id().get_name()
+        pending, found = [node.for_get_body()], False
+        while pending:
+            n = pending.pop()
+            if n.get_type() != isl.ast_node_type.user:
+                pending += nests.ast_children(n)
+                continue
+            for st, call in nests.user_statements(n, self.by_name):
+                if st.accesses(var):
+                    if nests.loop_vars_along(st, call, iterator) != [chunk]:
+                        return False
+                    found = True
+        return found
+
     def trip_count_bound(self, sched: isl.UnionMap, depth: int) -> Optional[int]:
         """The largest distance between two iterations of the loop over all sizes, or None."""
         rng = isl.Set.from_union_set(sched.range()).project_out(isl.dim_type.set, 0, depth)
@@ -261,6 +284,7 @@ class _LoopAnalysis:
         stmts = _names(ldom)
         reductions: dict[str, str] = {}
         private: tuple = ()
+        row_buffers: tuple = ()
         scatters: dict[str, ScatterFact] = {}
         reasons = []
         any_carried = False
@@ -275,6 +299,16 @@ class _LoopAnalysis:
             if not any(carried.values()) and not (written and var in self.locals):
                 continue
             any_carried = any_carried or any(carried.values())
+            if var in self.row_buffers:
+                # its chunk loop: every chunk writes each row it reads before reading it
+                # (fusion's proof), so each iteration gets its own buffer; inside a chunk
+                # the memory-based dependences decide
+                if self.iterates(node, var, self.row_buffers[var]):
+                    row_buffers += (var,)
+                elif any(carried.values()):
+                    reasons.append(f"row buffer {var!r} carries rows from one iteration "
+                                   f"to the next")
+                continue
             users = [self.by_name[s] for s in stmts if self.by_name[s].accesses(var)]
             apart = (var not in self.locals and any(s.reads_variable(var) for s in users)
                      and self.reads_apart(users, var, sched, depth))
@@ -306,7 +340,7 @@ class _LoopAnalysis:
         self.loops[key] = LoopFacts(
             key=key, depth=depth, statements=stmts, parallel=not reasons, carried=any_carried,
             reductions=reductions, private=private, scatters=scatters,
-            why_not_parallel="; ".join(reasons),
+            why_not_parallel="; ".join(reasons), row_buffers=row_buffers,
             trip_count_bound=self.trip_count_bound(sched, depth),
             extent=(None if nests.contains_for(node.for_get_body())
                     else self.extent(sched, depth)))
@@ -339,7 +373,8 @@ def schedule_kernel(kernel: ir.Kernel,
                     score: Callable[[ScheduleCandidate], tuple[int, int]],
                     clock: Optional[StageClock] = None,
                     unit_stride: bool = False,
-                    tile=None) -> ScheduledKernel:
+                    tile=None,
+                    fuse: bool = False) -> ScheduledKernel:
     """Split, prove bounds, compute dependences, build the AST of ``kernel`` with loop facts.
 
     ``score(candidate) -> (parallel, looped)``: the parallel work a target
@@ -356,6 +391,8 @@ def schedule_kernel(kernel: ir.Kernel,
     ``tile``: tile nests of three or more loops (``tiling.tile_schedule``) when the
     tiled schedule is legal and as parallel: None with the cache model's sizes, a
     tuple of sizes, False not at all.
+    ``fuse``: fuse chains of producer and consumer nests through rolling row buffers
+    (``fusion.fuse_pipelines``; for targets whose threads run whole chunks of a loop).
     """
     clock = clock or StageClock(kernel.name)
     n = len(kernel.statements)
@@ -380,6 +417,10 @@ def schedule_kernel(kernel: ir.Kernel,
         split, gather_decisions = scatter_to_gather(split, model.for_kernel(split))
         split, fused = fuse_zero_initialization(split)
         split, fusions = fuse_independent_nests(split, model)
+    if fuse:
+        with clock.stage("pipeline fusion", len(split.statements)):
+            split, pipelines = fuse_pipelines(split, model)
+        fusions += pipelines
     with clock.stage("loop order", len(split.statements)):
         split, loop_orders = expand_reduction_rows(split, model)
         split, reordered = unit_stride_innermost(split)
