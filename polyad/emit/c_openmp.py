@@ -308,8 +308,10 @@ class _Emitter:
             atomic = atomic | lp.atomic
         step = f"{name} += {inc}" if inc != "1" else f"{name}++"
         self.out(indent, f"for (int64_t {name} = {init}; {cond}; {step}) {{")
-        # each iteration (a chunk of rows, maybe run by its own thread) has its own buffers
-        own = [v for v in lp.facts.row_buffers if v not in self.rows_in_scope]
+        # iterations (chunks of rows) run by threads each have their own buffers; a loop
+        # every thread of a team runs, sharing its inner loops, shares the function's
+        own = [v for v in lp.facts.row_buffers if v not in self.rows_in_scope] \
+            if lp.threads else []
         for v in own:
             self.out(indent + "  ", self.row_buffer_allocation(v))
         self.rows_in_scope |= set(own)

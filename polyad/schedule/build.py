@@ -27,7 +27,7 @@ from .tiling import tile_schedule
 from .locality import has_strided_inner_loop, strided_inner_accesses, unit_stride_bands
 from .loop_order import expand_reduction_rows, unit_stride_innermost
 from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, dependences,
-                    maps_of, split_boundary_pieces)
+                    isl_name, maps_of, split_boundary_pieces)
 
 _REDUCTION_OPS = {"+=": "+", "-=": "+", "*=": "*"}
 
@@ -229,22 +229,31 @@ class _LoopAnalysis:
         same = isl.UnionSet.read_from_str(self.model.ctx, f"{{ [{outer}] }}")
         return pairs.deltas().intersect(same).is_empty()
 
-    def iterates(self, node: isl.AstNode, var: str, chunk: str) -> bool:
-        """Whether the AST loop ``node`` moves, in every statement of its body that accesses
-        ``var``, the loop variable ``chunk`` and no other."""
-        iterator = node.for_get_iterator().get_id().get_name()
-        pending, found = [node.for_get_body()], False
-        while pending:
-            n = pending.pop()
-            if n.get_type() != isl.ast_node_type.user:
-                pending += nests.ast_children(n)
+    def iterates(self, stmts, var: str, chunk: str, sched: isl.UnionMap, depth: int) -> bool:
+        """Whether one iteration of the loop (schedule dimension ``depth`` of ``sched``) is
+        one value of the chunk loop variable ``chunk``, in every statement of the loop that
+        accesses ``var``: the loop's schedule prefix and (the enclosing prefix, the chunk)
+        determine each other (ISL)."""
+        rel = None
+        for name in sorted(stmts):
+            st = self.by_name[name]
+            if not st.accesses(var):
                 continue
-            for st, call in nests.user_statements(n, self.by_name):
-                if st.accesses(var):
-                    if nests.loop_vars_along(st, call, iterator) != [chunk]:
-                        return False
-                    found = True
-        return found
+            if chunk not in st.loop_vars:
+                return False
+            dom = self.model.domain(st)
+            mine = sched.intersect_domain(dom.to_union_set())
+            if mine.is_empty():
+                continue
+            own = isl.Map.read_from_str(
+                self.model.ctx, f"{self.model.param_prefix}{{ {self.model.tuple_text(st)} -> "
+                                f"[{isl_name(chunk)}] }}").intersect_domain(dom)
+            m = isl.Map.from_union_map(mine)
+            outer = m.project_out(isl.dim_type.out, depth, 1)
+            pair = outer.flat_range_product(own)
+            r = m.reverse().apply_range(pair)
+            rel = r if rel is None else rel.union(r)
+        return rel is not None and rel.is_single_valued() and rel.is_injective()
 
     def trip_count_bound(self, sched: isl.UnionMap, depth: int) -> Optional[int]:
         """The largest distance between two iterations of the loop over all sizes, or None."""
@@ -303,7 +312,7 @@ class _LoopAnalysis:
                 # its chunk loop: every chunk writes each row it reads before reading it
                 # (fusion's proof), so each iteration gets its own buffer; inside a chunk
                 # the memory-based dependences decide
-                if self.iterates(node, var, self.row_buffers[var]):
+                if self.iterates(stmts, var, self.row_buffers[var], sched, depth):
                     row_buffers += (var,)
                 elif any(carried.values()):
                     reasons.append(f"row buffer {var!r} carries rows from one iteration "
@@ -553,11 +562,14 @@ def _adjacent_equal_domains(model: PolyModel) -> dict[str, str]:
     element at one point): at each point at most one statement of each position runs,
     so the group runs them in program order. AST generation separating loops over
     pieces costs with the number of statements (a group is one), and the emitted code is
-    the same: the group's statements in order.
+    the same: the group's statements in order. Not in the chunk loops of fused nests
+    (``fusion``): there ISL separates a group's loops differently from its statements'.
     """
+    chunks = {t.chunk for t in model.kernel.temps if t.role == "rows"}
     at: dict[tuple, list] = {}
     for st in model.kernel.statements:
-        at.setdefault(st.position, []).append(st)
+        if not chunks & set(st.loop_vars):
+            at.setdefault(st.position, []).append(st)
     disjoint: dict[tuple, bool] = {}
 
     def pieces_disjoint(position: tuple) -> bool:

@@ -277,7 +277,7 @@ def _fuse(kernel: ir.Kernel, model: Optional[PolyModel], chain: list, between: l
                 continue
             d = None if flow is None else _flow_distances(pm, flow, chain[j], readers)
             if d is None:
-                return None, (f"not fused: {_owners(chain[b])} reads {v!r} from outside the "
+                return None, (f"not fused: the nest of {_owners(chain[b])} reads {v!r} outside the "
                               f"window ISL can bound along the outer loop")
             dist[j, b] = _join([dist[j, b], d]) if (j, b) in dist else d
     shift = [0] * k
