@@ -7,6 +7,8 @@ interpreter (program order, full-size temporaries), default and deterministic,
 at sizes from one row to several chunks of rows.
 """
 
+import functools
+
 import numpy as np
 import pytest
 
@@ -15,7 +17,7 @@ from polyad.pipeline import Options, compile_kernel
 from polyad.schedule.fusion import CHUNK_ROWS
 from polyad.testing import interpret
 
-from ad_helpers import assert_close, fd_grad, scalar_fn
+from ad_helpers import assert_close, fd_grad, run_reference, scalar_fn
 
 M, N = pa.sizes("M N")
 
@@ -152,3 +154,40 @@ def test_cuda_keeps_the_unfused_schedule():
     # a CUDA thread runs one iteration, not a chunk of rows: no row buffers
     sk, fused = _decisions(pa.grad(deconv_cost, wrt=["x", "f"]), target="cuda")
     assert fused == [] and not any(t.role == "rows" for t in sk.kernel.temps)
+
+
+@functools.lru_cache(maxsize=None)
+def _corpus_fusions():
+    """(name, derived kernel, args, sizes) of the AD corpus gradients that fusion changes."""
+    import zlib
+
+    from test_ad_corpus import CASES
+
+    out = []
+    for name in sorted(CASES):
+        c = CASES[name]
+        if c["issue"]:
+            continue
+        kernel, args = c["make"](np.random.default_rng(zlib.crc32(name.encode())))
+        wrt = [c["wrt"]] if isinstance(c["wrt"], str) else list(c["wrt"])
+        for k in (kernel, pa.grad(kernel, wrt=wrt)):
+            _, fused = _decisions(k)
+            if any(d.startswith("fused the nests") for d in fused):
+                out.append((name, k, args, c["sizes"]))
+    return out
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_fused_corpus_kernels_match_the_interpreter(deterministic):
+    """Every kernel and gradient of the AD corpus that fusion changes, compiled fused,
+    against the reference interpreter (program order, full-size temporaries)."""
+    cases = _corpus_fusions()
+    assert any(name.startswith("deconv") for name, *_ in cases), [n for n, *_ in cases]
+    for name, k, args, sizes in cases:
+        copy = {n: (v.copy() if isinstance(v, np.ndarray) else v) for n, v in args.items()}
+        got = pa.compile(k, deterministic=deterministic, fuse=True)(**copy, **sizes)
+        want = run_reference(k, **{n: (v.copy() if isinstance(v, np.ndarray) else v)
+                                    for n, v in args.items()}, **sizes)
+        got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-11, err_msg=name)
