@@ -180,7 +180,7 @@ def _outer_map(model: PolyModel, st: ir.Statement) -> isl.Map:
 def _flow_distances(model: PolyModel, flow: isl.UnionMap, src: list, dst: list) \
         -> Optional[tuple[int, int]]:
     """The range of (sink outer iterator) - (source outer iterator) of the flow dependences
-    from statements ``src`` to ``dst``; (0, 0)-free None when there are none."""
+    from statements ``src`` to ``dst``; None when there are none or it is unbounded."""
     outer = {st.name: _outer_map(model, st) for st in src + dst}
     ranges = []
     for m in maps_of(flow):
@@ -193,13 +193,14 @@ def _flow_distances(model: PolyModel, flow: isl.UnionMap, src: list, dst: list) 
     return _join(ranges) if ranges else None
 
 
-def _chain(kernel: ir.Kernel, nests: dict, order: list, q: int) -> tuple[list, list, str]:
+def _chain(kernel: ir.Kernel, nests: dict, order: list, q: int) -> tuple[list, str]:
     """The members (positions, first producer first, ``q`` last) of the longest chain ending
-    at nest ``q``, the statements between them, and why it stops."""
+    at nest ``q``, and why it stops where the nest before it writes an array the chain
+    reads ('' otherwise)."""
     members, between, why = [q], [], ""
     loop = _outer_loop(nests[q])
     if loop is None or len(nests[q][0].loops) < 2:
-        return members, between, "the consumer has no outer loop of step 1 around inner loops"
+        return members, why
     k = order.index(q)
     while k > 0:
         k -= 1
@@ -209,16 +210,17 @@ def _chain(kernel: ir.Kernel, nests: dict, order: list, q: int) -> tuple[list, l
             continue
         nest = nests[p]
         later = [st for m in members for st in nests[m]]
+        feeds = any(st.reads_variable(v) for v in _written_arrays(nest) for st in later)
         ploop = _outer_loop(nest)
         if ploop is None or not _same_range(ploop, loop):
-            why = f"the nest of {_owners(nest)} runs in another outer loop"
+            why = f"the nest of {_owners(nest)} runs in another outer loop" if feeds else ""
             break
         reason = _producer_ok(kernel, nest, later, between)
         if reason:
-            why = f"the nest of {_owners(nest)} is no producer: {reason}"
+            why = f"the nest of {_owners(nest)} is no producer: {reason}" if feeds else ""
             break
         members.insert(0, p)
-    return members, between, why
+    return members, why
 
 
 def _owners(nest: list) -> str:
@@ -244,10 +246,12 @@ def fuse_pipelines(kernel: ir.Kernel, model: Optional[PolyModel] = None) \
             if q not in nests or q in done:
                 continue
             done.add(q)
-            members, between, why = _chain(kernel, nests, order, q)
+            members, why = _chain(kernel, nests, order, q)
             if len(members) < 2:
+                if why:
+                    decisions.append(f"not fused: {why}")
                 continue
-            fused, text = _fuse(kernel, model, [nests[p] for p in members], between)
+            fused, text = _fuse(kernel, model, [nests[p] for p in members])
             if fused is None:
                 decisions.append(text)
                 continue
@@ -258,11 +262,14 @@ def fuse_pipelines(kernel: ir.Kernel, model: Optional[PolyModel] = None) \
             return kernel, decisions
 
 
-def _fuse(kernel: ir.Kernel, model: Optional[PolyModel], chain: list, between: list):
+def _fuse(kernel: ir.Kernel, model: Optional[PolyModel], chain: list):
     """(fused kernel, decision) or (None, why not) for the nests ``chain`` (producers
     first, the consumer last)."""
     pm = model_of(kernel, model)
     temps = sorted(set().union(*(_written_arrays(n) for n in chain[:-1])))
+    flat = [v for v in temps if len(kernel.array_type(v).shape) < 2]
+    if flat:
+        return None, f"not fused: {flat[0]!r} has no rows (one dimension)"
     deps = dependences(pm, variables=set(temps), flow_only=frozenset(temps))
     writer = {v: j for j, n in enumerate(chain[:-1]) for v in _written_arrays(n)}
     k = len(chain)
@@ -302,10 +309,7 @@ def _fuse(kernel: ir.Kernel, model: Optional[PolyModel], chain: list, between: l
         if w is None or any(r is None for _, r in need):
             return None, f"not fused: the rows of {v!r} written or read are not bounded"
         heights[v] = max(shift[j] + w[1] - shift[b] - r[0] for b, r in need) + 1
-        rows = kernel.array_type(v).shape
-        if len(rows) < 2:
-            return None, f"not fused: {v!r} has no rows (one dimension)"
-    return _rewrite(kernel, chain, between, temps, shift, back, lead_in, heights)
+    return _rewrite(kernel, chain, temps, shift, back, lead_in, heights)
 
 
 def _fresh(kernel: ir.Kernel, name: str) -> str:
@@ -317,8 +321,10 @@ def _fresh(kernel: ir.Kernel, name: str) -> str:
     return name
 
 
-def _rewrite(kernel: ir.Kernel, chain: list, between: list, temps: list, shift: list,
-             back: list, lead_in: int, heights: dict):
+def _rewrite(kernel: ir.Kernel, chain: list, temps: list, shift: list, back: list,
+             lead_in: int, heights: dict):
+    """The kernel with the nests of ``chain`` in one chunked nest at the consumer's position
+    (module docstring), and the decision text."""
     consumer = chain[-1]
     loop = consumer[0].loops[0]
     m = loop.var
