@@ -17,9 +17,6 @@ parallelism the loop over ``m`` is cut into chunks of ``CHUNK_ROWS`` rows; each
 chunk has its own buffers (private to the thread that runs it) and first
 recomputes the producer rows its first consumer rows read (the rows the previous
 chunk also computes): the line-buffered loop a careful engineer writes by hand.
-The last chunk takes the remainder (between ``CHUNK_ROWS`` and twice that), so
-that a dependence of the consumer between its last rows (a clamped border's
-scatter into row ``M - 1`` from rows ``M - 2`` and ``M - 1``) stays in one chunk.
 
 Buffer or recompute: a producer row is read by several consumer rows (five for a
 5-tap window): recomputing it per reader repeats its work once per tap, a buffer
@@ -41,13 +38,17 @@ except through its temporaries, and recomputing a producer row at a chunk's star
 writes only the chunk's buffers. The windows come from ISL: for every temporary, the
 distances along the outer loop of its flow dependences between members give each
 producer's lead (``shift``: its row ``m + shift`` runs at step ``m``) and how many
-rows a chunk recomputes before its first row; the rows each member writes and reads
-relative to its own row (access relations) give the buffer height: the slot of row
-``r`` is reused by row ``r + W`` only after the last read of ``r``. A window that ISL
-finds unbounded (a consumer reading a whole column) stops the chain there. The chunk
-loop's parallelism is then decided like any loop's, by ISL's dependence test on the
-fused nest, where a buffer is private to a chunk when no flow dependence on it
-crosses chunks.
+rows a chunk recomputes before its first row (every row a chunk reads is then written
+in the chunk first); the rows each member writes and reads relative to its own row
+(access relations) give the buffer height: the slot of row ``r`` is reused by row
+``r + W`` only after the last read of ``r``. A window that ISL finds unbounded (a
+consumer reading a whole column) stops the chain there. The chunk loop's parallelism
+is then decided like any loop's, by ISL's dependence test on the fused nest
+(``schedule.build``): a buffer is private to a loop that ISL proves runs one chunk
+per iteration, and inside a chunk its memory-based dependences keep the row loop in
+order. A dependence of the consumer's own between rows of two chunks (a clamped
+border's scatter into row ``M - 1`` from rows ``M - 2`` and ``M - 1``, for the ``M``
+where a chunk starts at ``M - 1``) is one the test sees like any other.
 """
 
 from __future__ import annotations
@@ -388,7 +389,7 @@ def _rewrite(kernel: ir.Kernel, chain: list, temps: list, shift: list, back: lis
     kept = ", ".join(f"{v} kept as {heights[v]} rows per thread ({rows_name[v]})" for v in temps)
     text = (f"fused the nests of {', '.join(_owners(n) for n in chain[:-1])} into the nest of "
             f"{_owners(consumer)} at depth 1 (loop {m}; {producers}): {kept}; the loop over {m} "
-            f"runs in chunks of {CHUNK_ROWS} rows (the last takes the remainder), each "
-            f"recomputing the {lead_in} producer steps before its first row; buffered, not "
+            f"runs in chunks of {CHUNK_ROWS} rows, each recomputing the {lead_in} producer "
+            f"steps before its first row; buffered, not "
             f"recomputed per reading row: each buffered row is read by several rows")
     return fused, text
