@@ -214,6 +214,23 @@ def polyad_impl(case: Case):
     return fwd, grad
 
 
+def polyad_fused_impl(case: Case):
+    """(fwd, grad) compiled with ``fuse=True`` (producer-consumer fusion through row
+    buffers, ``polyad.schedule.fusion``), the gradient's outputs preallocated (the derived
+    kernel's pa.Out parameters, as the polyad row passes them)."""
+    import polyad as pa
+    k = kernels.kernel(case.kernel, case.dtype)
+    fk = pa.compile(k, fuse=True)
+    gk = pa.compile(pa.grad(k, wrt=case.wrt_arg), fuse=True)
+    inputs = case.inputs
+    outs = {f"d_{w}": np.empty_like(inputs[i]) for w, i in zip(case.wrt, case.wrt_index)}
+
+    def grad():
+        out = gk(*inputs, **outs)
+        return out if isinstance(out, tuple) else (out,)
+    return (lambda: fk(*inputs)), grad
+
+
 # The hand-written rows; ratios (/hw) are taken to the fastest of them in the same run.
 HAND_WRITTEN = ("hand-written C", "hand C line-buf")
 
@@ -229,6 +246,9 @@ def implementations(case: Case, with_jax: bool = True, with_torch: bool = True,
         out.append(Impl(HAND_WRITTEN[1], "-", g))
     f, g = polyad_impl(case)
     out.append(Impl("polyad", f, g))
+    if case.bench.startswith("deconv"):
+        f, g = polyad_fused_impl(case)
+        out.append(Impl("polyad fuse=True", f, g))
     f, g = numpy_impl(case.bench, case.inputs)
     out.append(Impl("numpy", f, g))
     if with_jax:

@@ -117,15 +117,16 @@ class Kernel:
             family = schedule_family(get_target(key.target))
             shared = next((a.scheduled for o, a in self._artifacts.items()
                            if o.deterministic == key.deterministic and o.tile == key.tile
+                           and o.fuse == key.fuse
                            and schedule_family(a.target) == family), None)
             self._artifacts[key] = compile_kernel(self.ir, key, shared)
         return self._artifacts[key]
 
     @user_facing
     def compile(self, target: str = "openmp", sanitize: Optional[str] = None,
-                deterministic: bool = False, tile=None) -> KernelFunction:
+                deterministic: bool = False, tile=None, fuse: bool = False) -> KernelFunction:
         """Schedule, emit and compile (cached per option set); see ``pa.compile``."""
-        options = Options(target, deterministic, sanitize, tile)
+        options = Options(target, deterministic, sanitize, tile, fuse)
         if options not in self._compiled:
             art = self._artifacts.get(options.source_options)
             # On a pipeline cache miss the artifact is made (and kept) by
@@ -140,9 +141,9 @@ class Kernel:
         return self.compile().source
 
     def explain(self, format: str = "text", target: str = "openmp",
-                deterministic: bool = False, tile=None) -> str:
+                deterministic: bool = False, tile=None, fuse: bool = False) -> str:
         """The report of ``pa.explain(self, ...)``: how this kernel is scheduled and emitted."""
-        return explain(self, format, target, deterministic, tile=tile)
+        return explain(self, format, target, deterministic, tile=tile, fuse=fuse)
 
     def __call__(self, *args, **kwargs):
         """Run the compiled kernel (see ``__signature__`` and ``__doc__`` for its arguments).
@@ -221,7 +222,7 @@ def _namespace(namespace: Optional[dict]) -> dict:
 
 @user_facing
 def compile(k: Kernel, target: str = "openmp", sanitize: Optional[str] = None,
-            deterministic: bool = False, tile=None) -> KernelFunction:
+            deterministic: bool = False, tile=None, fuse: bool = False) -> KernelFunction:
     """Compile kernel ``k`` now; returns a callable with ``.source`` (the generated C).
 
     ``sanitize="address"`` builds with AddressSanitizer. Its runtime must be
@@ -242,7 +243,13 @@ def compile(k: Kernel, target: str = "openmp", sanitize: Optional[str] = None,
     (``tile=(32, 32, 64)``, outermost loop first), or untiled (``tile=False``);
     ``pa.explain`` shows the decision ("tiled 128x128x128", "time-skewed tiled
     64x64x256").
+    ``fuse=True`` (OpenMP): a nest that reads a temporary another nest writes, within a
+    bounded window of rows, runs in that nest's loop, a few rows behind it, and the
+    temporary shrinks to the rows still live, per thread (``pa.explain``: "fused the
+    nests of S2 into the nest of S4 at depth 1 ...: t kept as 5 rows per thread");
+    off by default: its code generation multiplies the compile time (several times for
+    the deconvolution gradient).
     """
     if not isinstance(k, Kernel):
         raise TypeError(f"pa.compile() takes a @pa.kernel, got {type(k).__name__}")
-    return k.compile(target, sanitize, deterministic, tile)
+    return k.compile(target, sanitize, deterministic, tile, fuse)

@@ -123,7 +123,7 @@ class DerivedKernel(Kernel):
         return self._package(fn(*args, **kwargs))
 
     def compile(self, target: str = "openmp", sanitize=None, deterministic: bool = False,
-                tile=None):
+                tile=None, fuse: bool = False):
         """The compiled derived kernel; for a CUDA target with ``checkpoint=`` set, the
         checkpointing driver over the pieces compiled for it
         (``polyad.checkpointing.CheckpointedFunction``; ``tile`` is ignored on CUDA)."""
@@ -136,7 +136,7 @@ class DerivedKernel(Kernel):
                     self.ir.line, 0, "compile without checkpoint= (the tapes must then fit "
                     "the memory budget)")
             return _checkpointing.CheckpointedFunction(self, target, sanitize, deterministic)
-        fn = super().compile(target, sanitize, deterministic, tile)
+        fn = super().compile(target, sanitize, deterministic, tile, fuse)
         fn.memory_budget = self.memory
         return fn
 

@@ -567,7 +567,7 @@ class Param:
         return isinstance(self.type, ArrayType)
 
 
-TEMP_ROLES = ("user", "primal", "tape", "adjoint", "expansion", "copy")
+TEMP_ROLES = ("user", "primal", "tape", "adjoint", "expansion", "copy", "rows")
 
 
 @dataclass(frozen=True)
@@ -577,11 +577,14 @@ class Temp:
     ``role`` says what made it: ``user`` (``pa.zeros`` / ``pa.empty`` in the DSL),
     ``primal`` (a derived kernel's copy of a primal output or in-out array), ``tape``
     (values reverse mode stores for the adjoint), ``adjoint`` (the adjoint of an array),
-    ``expansion`` (a scalar local expanded to an array by loop distribution) or
+    ``expansion`` (a scalar local expanded to an array by loop distribution),
     ``copy`` (old values of array elements that index-set splitting keeps across their
-    update, ``schedule.split``).
+    update, ``schedule.split``) or ``rows`` (the rolling buffer of a temporary's rows that
+    a fused nest keeps per chunk of its outer loop, ``schedule.fusion``: the generated code
+    declares it, one per thread; callers never pass it, see ``Kernel.caller_temps``).
     ``holds`` describes its content in DSL terms where the name does not (a tape: the
-    value taped and the statement that reads it).
+    value taped and the statement that reads it). ``chunk`` (``rows`` buffers): the loop
+    variable of the chunk loop whose every iteration has its own copy.
     """
 
     name: str
@@ -589,6 +592,7 @@ class Temp:
     zero: bool
     role: str = "user"
     holds: str = ""
+    chunk: str = ""
 
     def __post_init__(self):
         if self.role not in TEMP_ROLES:
@@ -647,6 +651,12 @@ class Kernel:
     filename: str = ""
     line: int = 0
     int_params: tuple[str, ...] = field(default=())
+
+    @property
+    def caller_temps(self) -> tuple[Temp, ...]:
+        """The temporaries the caller allocates and passes (all but the ``rows`` buffers,
+        which the generated code declares itself)."""
+        return tuple(t for t in self.temps if t.role != "rows")
 
     def param(self, name: str) -> Param:
         for p in self.params:

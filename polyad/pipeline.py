@@ -41,19 +41,23 @@ class Options:
     (AddressSanitizer; affects only the toolchain, not the source); ``tile``:
     tiling of nests of three or more loops (``schedule.tiling``): None for the
     cache model's tile sizes, False for none, or the sizes (positive integers,
-    outermost loop first; the last repeats for deeper loops).
+    outermost loop first; the last repeats for deeper loops). ``fuse``: fuse chains of
+    producer and consumer nests through rolling row buffers (``schedule.fusion``; targets
+    whose threads run chunks of rows only, OpenMP).
     """
 
     target: str = "openmp"
     deterministic: bool = False
     sanitize: Optional[str] = None
     tile: object = None
+    fuse: bool = False
 
     def __post_init__(self):
         get_target(self.target)
         if self.sanitize not in SANITIZERS:
             raise ValueError("sanitize must be None or 'address'")
         object.__setattr__(self, "deterministic", bool(self.deterministic))
+        object.__setattr__(self, "fuse", bool(self.fuse))
         if self.tile not in (None, False):
             sizes = (self.tile,) if isinstance(self.tile, int) else tuple(self.tile)
             if not sizes or not all(isinstance(t, int) and not isinstance(t, bool) and t > 0
@@ -70,7 +74,7 @@ class Options:
     @property
     def source_options(self) -> "Options":
         """These options without what only the toolchain uses (one artifact serves both)."""
-        return Options(self.target, self.deterministic, tile=self.tile)
+        return Options(self.target, self.deterministic, tile=self.tile, fuse=self.fuse)
 
 
 @dataclass(frozen=True)
@@ -182,7 +186,7 @@ def compile_kernel(ir_kernel: ir.Kernel, options: Options = Options(),
     """Schedule ``ir_kernel``, plan it for ``options.target`` and emit its source.
 
     ``scheduled``: the kernel's schedule already chosen for a target of the
-    same ``schedule_family`` (with the same ``options.deterministic`` and ``tile``), reused
+    same ``schedule_family`` (with the same ``options.deterministic``, ``tile`` and ``fuse``), reused
     instead of scheduling again. A bug escaping a stage is raised as
     ``pa.InternalError`` naming the stage and the DSL statement it concerns.
     """
@@ -195,7 +199,8 @@ def compile_kernel(ir_kernel: ir.Kernel, options: Options = Options(),
                 unit_stride=getattr(target, "unit_stride_schedule", False),
                 # tiles are for caches of threads that run whole loops (CUDA's threads
                 # run single iterations: its target schedules without them)
-                tile=options.tile if getattr(target, "unit_stride_schedule", False) else False)
+                tile=options.tile if getattr(target, "unit_stride_schedule", False) else False,
+                fuse=options.fuse and getattr(target, "fuses_pipelines", False))
     n = len(scheduled.kernel.statements)
     with clock.stage("plan", n), ir.internal_errors(f"planning ({options.target})", ir_kernel):
         plan = target.plan(scheduled, options)

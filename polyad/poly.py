@@ -689,7 +689,11 @@ class Dependences:
     dependences, so ``anti | output`` is every false dependence.
     ``memory_based``: the variables whose dependences are memory-based (every
     earlier access of the same element, not only the last one; see
-    ``dependences``), the others' are value-based.
+    ``dependences``), the others' are value-based except those of the ``rows``
+    buffers of fused nests (``schedule.fusion``), memory-based too, flow, anti and
+    output: value-based analysis of a buffer indexed modulo its height costs minutes,
+    and loops inside one chunk (the only ones that read these) are sequential under
+    either where the buffer carries a row.
     """
 
     flow: dict[str, isl.UnionMap] = field(default_factory=dict)
@@ -764,10 +768,17 @@ def dependences(model: PolyModel, variables: Optional[set] = None,
     deps = Dependences(memory_based=frozenset(v for v in memory_based if v in may_by and (
         variables is None or v in variables)))
     space = model.context.get_space()
+    row_buffers = {t.name for t in model.kernel.temps if t.role == "rows"}
     for var in may_by:
         if variables is not None and var not in variables:
             continue
         per_piece = [m.get(var, isl.UnionMap.empty(space)) for m in (r_by, must_by, may_by)]
+        if var in row_buffers:
+            reads_, _, writes = per_piece
+            deps.output[var] = _memory_based_output(writes, tree)
+            deps.flow[var] = _memory_based_pairs(writes, reads_, tree)
+            deps.anti[var] = _memory_based_pairs(reads_, writes, tree)
+            continue
         if var in deps.memory_based:
             output = _memory_based_output(per_piece[2], tree)
             deps.output[var] = output
@@ -858,6 +869,14 @@ def _memory_based_output(writes: isl.UnionMap, tree: isl.Schedule) -> isl.UnionM
     ``compute_flow`` with may-sources only kills nothing."""
     tree = tree.intersect_domain(writes.domain())
     ai = isl.UnionAccessInfo.from_sink(writes).set_may_source(writes).set_schedule(tree)
+    return ai.compute_flow().get_may_dependence().coalesce()
+
+
+def _memory_based_pairs(sources: isl.UnionMap, sinks: isl.UnionMap,
+                        tree: isl.Schedule) -> isl.UnionMap:
+    """``{ source access -> later sink access of the same element }`` under ``tree``."""
+    tree = tree.intersect_domain(sources.domain().union(sinks.domain()))
+    ai = isl.UnionAccessInfo.from_sink(sinks).set_may_source(sources).set_schedule(tree)
     return ai.compute_flow().get_may_dependence().coalesce()
 
 

@@ -44,7 +44,8 @@ DEPENDENCE_KINDS = (("flow", "read after write"), ("anti", "write after read"),
 
 
 def explain(kernel, format: str = "text", target: str = "openmp",
-            deterministic: bool = False, sizes: Optional[dict] = None, tile=None) -> str:
+            deterministic: bool = False, sizes: Optional[dict] = None, tile=None,
+            fuse: bool = False) -> str:
     """A report of how ``kernel`` (a ``pa.Kernel``, primal or derived) is compiled.
 
     ``format``: ``"text"`` (sections for people), ``"json"`` (the same
@@ -54,11 +55,11 @@ def explain(kernel, format: str = "text", target: str = "openmp",
     explain the schedule ``pa.compile(k, deterministic=True)`` uses; ``sizes``
     (sizes and integer parameters, e.g. ``{"N": 1000, "steps": 500}``): the
     checkpointing plan of a derived kernel for a call with these values;
-    ``tile``: explain the schedule ``pa.compile(k, tile=...)`` uses.
+    ``tile``, ``fuse``: explain the schedule ``pa.compile(k, tile=..., fuse=...)`` uses.
     """
     if format not in FORMATS:
         raise ValueError(f"unknown format {format!r}; choose one of {', '.join(FORMATS)}")
-    data = report(kernel, target, deterministic, sizes, tile)
+    data = report(kernel, target, deterministic, sizes, tile, fuse)
     if format == "json":
         return json.dumps(data, indent=2) + "\n"
     if format == "dot":
@@ -67,7 +68,7 @@ def explain(kernel, format: str = "text", target: str = "openmp",
 
 
 def report(kernel, target: str = "openmp", deterministic: bool = False,
-           sizes: Optional[dict] = None, tile=None) -> dict:
+           sizes: Optional[dict] = None, tile=None, fuse: bool = False) -> dict:
     """The report of ``explain`` as a JSON-serialisable dict.
 
     Keys: ``kernel file line target deterministic params result sizes
@@ -77,7 +78,8 @@ def report(kernel, target: str = "openmp", deterministic: bool = False,
     ``checkpoints`` where a derived kernel's loop can be checkpointed
     (``polyad.checkpointing``). ISL objects appear in ISL's own notation.
     """
-    data = artifact_report(artifact_of(kernel, Options(target, deterministic, tile=tile)))
+    data = artifact_report(artifact_of(kernel, Options(target, deterministic, tile=tile,
+                                                       fuse=fuse)))
     if data["tapes"]:
         limit, source = budget.budget_bytes(getattr(kernel, "memory", None))
         data["memory_budget"] = {"bytes": limit, "source": source}

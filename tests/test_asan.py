@@ -205,9 +205,9 @@ GRADIENT_SCRIPT = textwrap.dedent(
         return C
 
 
-    def check(kernel, wrt, args, sizes):
+    def check(kernel, wrt, args, sizes, fuse=False):
         grad = pa.grad(kernel, wrt=wrt)
-        got = pa.compile(grad, sanitize="address")(*[a.copy() if isinstance(a, np.ndarray)
+        got = pa.compile(grad, sanitize="address", fuse=fuse)(*[a.copy() if isinstance(a, np.ndarray)
                                                      else a for a in args.values()])
         got = got if isinstance(got, tuple) else (got,)
         _, want = interpret(grad.ir, {k: (v.copy() if isinstance(v, np.ndarray) else v)
@@ -225,6 +225,12 @@ GRADIENT_SCRIPT = textwrap.dedent(
             check(deconv_cost, ["x", "f"], dict(x=rng.standard_normal((m, n)),
                                                 f=rng.standard_normal(5),
                                                 y=rng.standard_normal((m, n))), dict(M=m, N=n))
+        # fused through row buffers (schedule.fusion): one chunk, and several with a remainder
+        for m, n in [(1, 1), (3, 4), (9, 11), (139, 6)]:
+            check(deconv_cost, ["x", "f"], dict(x=rng.standard_normal((m, n)),
+                                                f=rng.standard_normal(5),
+                                                y=rng.standard_normal((m, n))), dict(M=m, N=n),
+                  fuse=True)
         for b, ci, co, h, w in [(1, 1, 1, 1, 1), (1, 2, 3, 2, 5), (2, 2, 2, 4, 37)]:
             check(conv_cost, ["w", "x"], dict(x=rng.standard_normal((b, ci, h, w)),
                                               w=rng.standard_normal((co, ci, 3, 3)),

@@ -253,6 +253,11 @@ class CPrinter:
         if op == "//":
             kind = "ffloordiv" if dt.is_float else "floordiv"
             return f"{self.helper(kind, dt)}({self.expr(e.a, env)}, {self.expr(e.b, env)})", 9
+        if op == "%" and not dt.is_float and isinstance(e.b, Const) and int(e.b.value) > 0:
+            # by a positive constant: plain C remainders (the helper's call, in the inner
+            # loop of a large function gcc no longer inlines, stops vectorization there)
+            b = int(e.b.value)
+            return f"({self.expr(e.a, env, 7)} % {b} + {b}) % {b}", 7
         if op == "%":
             kind = "fmod" if dt.is_float else "mod"
             return f"{self.helper(kind, dt)}({self.expr(e.a, env)}, {self.expr(e.b, env)})", 9

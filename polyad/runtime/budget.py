@@ -86,7 +86,7 @@ def size_formula(t: ir.Temp) -> str:
 
 def check(kernel: ir.Kernel, nbytes: list[int], sizes: dict, memory=None) -> None:
     """Raise ``MemoryBudgetError`` when the temporaries of ``kernel`` (``nbytes``: their
-    sizes, in ``kernel.temps`` order, for the call's ``sizes``) exceed the budget."""
+    sizes, in ``kernel.caller_temps`` order, for the call's ``sizes``) exceed the budget."""
     total = sum(nbytes)
     limit, source = budget_bytes(memory)
     if total <= limit:
@@ -107,7 +107,7 @@ def over_budget_lines(kernel: ir.Kernel, nbytes: list[int], sizes: dict, limit: 
     sizes_text = ", ".join(f"{k}={v}" for k, v in sizes.items())
     lines = [f"{kernel.name}() would allocate {human(total)} of temporaries for {sizes_text}, "
              f"over the memory budget of {human(limit)} ({source})"]
-    ranked = sorted(zip(kernel.temps, nbytes), key=lambda p: -p[1])
+    ranked = sorted(zip(kernel.caller_temps, nbytes), key=lambda p: -p[1])
     for t, n in ranked:
         if n == 0:
             continue

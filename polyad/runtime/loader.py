@@ -243,7 +243,7 @@ class KernelFunction:
         # Per temporary: dtype, zero-filled, storage shape (negative extents -> 0; a packed
         # ``bit`` array: its words, flat), cffi type.
         self._temps = tuple((t.type.dtype.np, t.zero, _storage_shape(t.type, self._slot),
-                             ffi.typeof(t.type.dtype.c_type + "[]")) for t in kernel.temps)
+                             ffi.typeof(t.type.dtype.c_type + "[]")) for t in kernel.caller_temps)
         self._out_indices = tuple(i for i, p in enumerate(kernel.params) if p.intent == "out")
         self._result_type = (None if kernel.result is None else
                              (kernel.result[1].np, ffi.typeof(kernel.result[1].c_type + "[]")))
@@ -263,7 +263,7 @@ class KernelFunction:
         """The C parameters are the DSL parameters, sizes, temporaries, result, in order."""
         k = self.kernel
         expected = ([("array" if p.is_array else "scalar", p.name) for p in k.params]
-                    + [("size", s) for s in k.sizes] + [("temp", t.name) for t in k.temps]
+                    + [("size", s) for s in k.sizes] + [("temp", t.name) for t in k.caller_temps]
                     + ([("result", k.result[0])] if k.result is not None else []))
         actual = [(p.kind, p.name) for p in self.signature.params]
         if actual != expected:

@@ -20,13 +20,14 @@ from . import nests
 from .cleanup import (forward_copies, fuse_independent_nests, fuse_zero_initialization,
                       remove_dead_statements, updates_in_place)
 from .distribute import distribute_after_scatters, expand_and_distribute
+from .fusion import fuse_pipelines
 from .gather import ascending_order_free_nests, scatter_to_gather, small_target
 from .split import split_conflicting_instances
 from .tiling import tile_schedule
 from .locality import has_strided_inner_loop, strided_inner_accesses, unit_stride_bands
 from .loop_order import expand_reduction_rows, unit_stride_innermost
 from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, dependences,
-                    maps_of, split_boundary_pieces)
+                    isl_name, maps_of, split_boundary_pieces)
 
 _REDUCTION_OPS = {"+=": "+", "-=": "+", "*=": "*"}
 
@@ -55,7 +56,10 @@ class LoopFacts:
     reduction operator '+' or '*', the scalar is only updated by it),
     ``private`` scalars (written before read in every iteration, not read
     after the loop), ``scatters`` (array name -> ScatterFact: ``+=`` updates
-    of an array from several iterations). ``why_not_parallel`` says why a loop
+    of an array from several iterations), ``row_buffers`` (rolling row buffers of
+    a fused nest, ``fusion``, that no flow dependence carries from one iteration
+    to another and none enters or leaves the loop: each iteration, a chunk of
+    rows, gets its own). ``why_not_parallel`` says why a loop
     is not parallel; ``carried``: some dependence is carried at all.
     ``trip_count_bound``: an upper bound on the iterations that holds for all
     sizes, or None when the count grows with the sizes. ``extent``: the number of
@@ -75,6 +79,7 @@ class LoopFacts:
     private: tuple = ()
     scatters: dict = field(default_factory=dict)
     why_not_parallel: str = ""
+    row_buffers: tuple = ()
     trip_count_bound: Optional[int] = None
     extent: Optional[isl.AstExpr] = None
 
@@ -171,6 +176,7 @@ class _LoopAnalysis:
         self.deps = deps
         self.by_name = {s.name: s for s in sk_kernel.statements}
         self.locals = dict(sk_kernel.locals)
+        self.row_buffers = {t.name: t.chunk for t in sk_kernel.temps if t.role == "rows"}
         self.loops: dict[str, LoopFacts] = {}
         self.error: Optional[BaseException] = None
         # (kind, variable) -> [(source statement, sink statement, map)]: a loop's test
@@ -223,6 +229,32 @@ class _LoopAnalysis:
         same = isl.UnionSet.read_from_str(self.model.ctx, f"{{ [{outer}] }}")
         return pairs.deltas().intersect(same).is_empty()
 
+    def iterates(self, stmts, var: str, chunk: str, sched: isl.UnionMap, depth: int) -> bool:
+        """Whether one iteration of the loop (schedule dimension ``depth`` of ``sched``) is
+        one value of the chunk loop variable ``chunk``, in every statement of the loop that
+        accesses ``var``: the loop's schedule prefix and (the enclosing prefix, the chunk)
+        determine each other (ISL)."""
+        rel = None
+        for name in sorted(stmts):
+            st = self.by_name[name]
+            if not st.accesses(var):
+                continue
+            if chunk not in st.loop_vars:
+                return False
+            dom = self.model.domain(st)
+            mine = sched.intersect_domain(dom.to_union_set())
+            if mine.is_empty():
+                continue
+            own = isl.Map.read_from_str(
+                self.model.ctx, f"{self.model.param_prefix}{{ {self.model.tuple_text(st)} -> "
+                                f"[{isl_name(chunk)}] }}").intersect_domain(dom)
+            m = isl.Map.from_union_map(mine)
+            outer = m.project_out(isl.dim_type.out, depth, 1)
+            pair = outer.flat_range_product(own)
+            r = m.reverse().apply_range(pair)
+            rel = r if rel is None else rel.union(r)
+        return rel is not None and rel.is_single_valued() and rel.is_injective()
+
     def trip_count_bound(self, sched: isl.UnionMap, depth: int) -> Optional[int]:
         """The largest distance between two iterations of the loop over all sizes, or None."""
         rng = isl.Set.from_union_set(sched.range()).project_out(isl.dim_type.set, 0, depth)
@@ -261,6 +293,7 @@ class _LoopAnalysis:
         stmts = _names(ldom)
         reductions: dict[str, str] = {}
         private: tuple = ()
+        row_buffers: tuple = ()
         scatters: dict[str, ScatterFact] = {}
         reasons = []
         any_carried = False
@@ -275,6 +308,16 @@ class _LoopAnalysis:
             if not any(carried.values()) and not (written and var in self.locals):
                 continue
             any_carried = any_carried or any(carried.values())
+            if var in self.row_buffers:
+                # its chunk loop: every chunk writes each row it reads before reading it
+                # (fusion's proof), so each iteration gets its own buffer; inside a chunk
+                # the memory-based dependences decide
+                if self.iterates(stmts, var, self.row_buffers[var], sched, depth):
+                    row_buffers += (var,)
+                elif any(carried.values()):
+                    reasons.append(f"row buffer {var!r} carries rows from one iteration "
+                                   f"to the next")
+                continue
             users = [self.by_name[s] for s in stmts if self.by_name[s].accesses(var)]
             apart = (var not in self.locals and any(s.reads_variable(var) for s in users)
                      and self.reads_apart(users, var, sched, depth))
@@ -306,7 +349,7 @@ class _LoopAnalysis:
         self.loops[key] = LoopFacts(
             key=key, depth=depth, statements=stmts, parallel=not reasons, carried=any_carried,
             reductions=reductions, private=private, scatters=scatters,
-            why_not_parallel="; ".join(reasons),
+            why_not_parallel="; ".join(reasons), row_buffers=row_buffers,
             trip_count_bound=self.trip_count_bound(sched, depth),
             extent=(None if nests.contains_for(node.for_get_body())
                     else self.extent(sched, depth)))
@@ -339,7 +382,8 @@ def schedule_kernel(kernel: ir.Kernel,
                     score: Callable[[ScheduleCandidate], tuple[int, int]],
                     clock: Optional[StageClock] = None,
                     unit_stride: bool = False,
-                    tile=None) -> ScheduledKernel:
+                    tile=None,
+                    fuse: bool = False) -> ScheduledKernel:
     """Split, prove bounds, compute dependences, build the AST of ``kernel`` with loop facts.
 
     ``score(candidate) -> (parallel, looped)``: the parallel work a target
@@ -356,6 +400,8 @@ def schedule_kernel(kernel: ir.Kernel,
     ``tile``: tile nests of three or more loops (``tiling.tile_schedule``) when the
     tiled schedule is legal and as parallel: None with the cache model's sizes, a
     tuple of sizes, False not at all.
+    ``fuse``: fuse chains of producer and consumer nests through rolling row buffers
+    (``fusion.fuse_pipelines``; for targets whose threads run whole chunks of a loop).
     """
     clock = clock or StageClock(kernel.name)
     n = len(kernel.statements)
@@ -380,6 +426,10 @@ def schedule_kernel(kernel: ir.Kernel,
         split, gather_decisions = scatter_to_gather(split, model.for_kernel(split))
         split, fused = fuse_zero_initialization(split)
         split, fusions = fuse_independent_nests(split, model)
+    if fuse:
+        with clock.stage("pipeline fusion", len(split.statements)):
+            split, pipelines = fuse_pipelines(split, model)
+        fusions += pipelines
     with clock.stage("loop order", len(split.statements)):
         split, loop_orders = expand_reduction_rows(split, model)
         split, reordered = unit_stride_innermost(split)
@@ -512,11 +562,14 @@ def _adjacent_equal_domains(model: PolyModel) -> dict[str, str]:
     element at one point): at each point at most one statement of each position runs,
     so the group runs them in program order. AST generation separating loops over
     pieces costs with the number of statements (a group is one), and the emitted code is
-    the same: the group's statements in order.
+    the same: the group's statements in order. Not in the chunk loops of fused nests
+    (``fusion``): there ISL separates a group's loops differently from its statements'.
     """
+    chunks = {t.chunk for t in model.kernel.temps if t.role == "rows"}
     at: dict[tuple, list] = {}
     for st in model.kernel.statements:
-        at.setdefault(st.position, []).append(st)
+        if not chunks & set(st.loop_vars):
+            at.setdefault(st.position, []).append(st)
     disjoint: dict[tuple, bool] = {}
 
     def pieces_disjoint(position: tuple) -> bool:

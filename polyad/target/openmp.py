@@ -177,6 +177,8 @@ class LoopPlan:
                 parts.append(f"private({', '.join(items)})")
         if self.atomic and self.threads:
             parts.append(f"atomic {', '.join(sorted(self.atomic))}")
+        if self.facts.row_buffers:
+            parts.append(f"own row buffers {', '.join(self.facts.row_buffers)} per iteration")
         if self.cyclic and self.threads:
             parts.append("schedule(static, 1)")
         return "omp " + head + "".join(" " + p for p in parts)
@@ -604,6 +606,8 @@ class OpenMPTarget:
     dialect = C99
     # one thread streams a row best: the schedule stage reorders bands for unit stride
     unit_stride_schedule = True
+    # a thread runs a chunk of rows: fused nests keep their temporaries' live rows per thread
+    fuses_pipelines = True
 
     def plan(self, scheduled, options) -> OpenMPPlan:
         return plan(scheduled, options.deterministic)

@@ -1,0 +1,395 @@
+"""Producer-consumer fusion of loop nests through rolling row buffers.
+
+The gradient of a separable blur runs four nests over the image, each a pass over
+memory::
+
+    for m, n:  t[m, n] = H(x)[m, n]                          (A: writes t)
+    for m, n:  r = V(t)[m, n] - y[m, n];  d_r[m, n] = 2 r    (B: reads t[m - 2 .. m + 2])
+    for m, n:  d_t[m, n] += V^T(d_r)[m, n];  d_f += ...      (C: reads d_r[m - 2 .. m + 2], t)
+
+``t`` and ``d_r`` are temporaries that only later nests of the chain read, each
+within a bounded window of rows around the reader's row. Fused, the nests run in
+one loop over ``m`` where each producer runs ahead of its consumers by the window
+(``B`` two rows ahead of ``C``, ``A`` two rows ahead of ``B``): a row of ``t`` is
+read for the last time a few steps after it is written, so ``t`` shrinks to the
+rows still live, a rolling buffer indexed by the row modulo its height. For
+parallelism the loop over ``m`` is cut into chunks of ``CHUNK_ROWS`` rows; each
+chunk has its own buffers (private to the thread that runs it) and first
+recomputes the producer rows its first consumer rows read (the rows the previous
+chunk also computes): the line-buffered loop a careful engineer writes by hand.
+
+Buffer or recompute: a producer row is read by several consumer rows (five for a
+5-tap window): recomputing it per reader repeats its work once per tap, a buffer
+of ``W`` rows per thread costs ``W`` rows of memory that stay in cache. The pass
+keeps buffers.
+
+Legality (checked, not assumed). A chain is the nests ``P1, ..., Pk, Q`` at
+consecutive top-level positions (statements outside loops between them touch
+nothing the chain accesses) whose statements run in one outer loop, ascending with
+step 1 over the same range, where each producer ``Pj``
+
+- writes only temporaries that no statement outside the later members reads or
+  writes (not a kernel output, not zero-filled: the producer assigns every element
+  the consumers read) and scalars no statement outside ``Pj`` uses;
+- reads nothing a later member writes.
+
+So moving a producer's iterations earlier relative to its consumers changes no value
+except through its temporaries, and recomputing a producer row at a chunk's start
+writes only the chunk's buffers. The windows come from ISL: for every temporary, the
+distances along the outer loop of its flow dependences between members give each
+producer's lead (``shift``: its row ``m + shift`` runs at step ``m``) and how many
+rows a chunk recomputes before its first row (every row a chunk reads is then written
+in the chunk first); the rows each member writes and reads relative to its own row
+(access relations) give the buffer height: the slot of row ``r`` is reused by row
+``r + W`` only after the last read of ``r``. A window that ISL finds unbounded (a
+consumer reading a whole column) stops the chain there. The chunk loop's parallelism
+is then decided like any loop's, by ISL's dependence test on the fused nest
+(``schedule.build``): a buffer is private to a loop that ISL proves runs one chunk
+per iteration, and inside a chunk its memory-based dependences keep the row loop in
+order. A dependence of the consumer's own between rows of two chunks (a clamped
+border's scatter into row ``M - 1`` from rows ``M - 2`` and ``M - 1``, for the ``M``
+where a chunk starts at ``M - 1``) is one the test sees like any other.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+import islpy as isl
+
+from .. import ir
+from ..ir import Binary, Condition, Const, Load, Loop, LoopVar, ScalarRef
+from ..poly import PolyModel, dependences, isl_name, maps_of, model_of
+from .nests import loop_nests
+
+CHUNK_ROWS = 64
+
+
+def _i(v: int) -> Const:
+    return Const(v, ir.i64)
+
+
+def _add(a: ir.Expr, b: ir.Expr) -> ir.Expr:
+    return Binary("+", a, b, ir.i64)
+
+
+def _sub(a: ir.Expr, b: ir.Expr) -> ir.Expr:
+    return Binary("-", a, b, ir.i64)
+
+
+def _mul(a: ir.Expr, b: ir.Expr) -> ir.Expr:
+    return Binary("*", a, b, ir.i64)
+
+
+def _cmp(op: str, a: ir.Expr, b: ir.Expr) -> ir.Expr:
+    return Binary(op, a, b, ir.boolean)
+
+
+def _written_arrays(nest: list) -> set:
+    return {st.target.array for st in nest if isinstance(st.target, Load)}
+
+
+def _written_scalars(nest: list) -> set:
+    return {st.target.name for st in nest if isinstance(st.target, ScalarRef)}
+
+
+def _used(st: ir.Statement) -> set:
+    return st.read_names() | {st.target_name}
+
+
+def _outer_loop(nest: list) -> Optional[Loop]:
+    """The loop every statement of the nest runs in, ascending with step 1, else None."""
+    first = nest[0].loops[0]
+    if first.step != 1 or any(st.loops[0] != first or st.position[:1] != nest[0].position[:1]
+                              for st in nest):
+        return None
+    return first
+
+
+def _same_range(a: Loop, b: Loop) -> bool:
+    rename = {a.var: LoopVar(b.var)}
+    return (ir.substitute(a.lo, rename), ir.substitute(a.hi, rename)) == (b.lo, b.hi)
+
+
+def _producer_ok(kernel: ir.Kernel, nest: list, later: list, between: list) -> str:
+    """'' when ``nest`` may produce for the ``later`` members (see the module docstring),
+    else why not."""
+    temps = {t.name: t for t in kernel.temps}
+    names = {st.name for st in nest}
+    later_names = {st.name for st in later}
+    for v in sorted(_written_arrays(nest)):
+        t = temps.get(v)
+        if t is None:
+            return f"it writes {v!r}, a kernel parameter"
+        if t.zero:
+            return f"it adds into the zero-filled {v!r}"
+        if t.role == "rows":
+            return f"{v!r} is already a row buffer"
+        if not any(st.reads_variable(v) for st in later):
+            return f"no later nest reads {v!r}"
+        for st in kernel.statements:
+            if st.name not in names and st.name not in later_names and st.accesses(v):
+                return f"{v!r} is also used by {st.owner}, outside the chain"
+    for s in sorted(_written_scalars(nest)):
+        outside = [st for st in kernel.statements if st.name not in names and st.accesses(s)]
+        if outside:
+            return f"scalar {s!r} is also used by {outside[0].owner}"
+    reads = set().union(*(st.read_names() for st in nest))
+    for st in later + between:
+        if isinstance(st.target, Load) and st.target.array in reads:
+            return f"{st.owner} writes {st.target.array!r}, which it reads"
+        if isinstance(st.target, ScalarRef) and st.target.name in reads:
+            return f"{st.owner} writes {st.target.name!r}, which it reads"
+    for st in between:
+        if _used(st) & (_written_arrays(nest) | _written_scalars(nest)):
+            return f"{st.owner}, between the nests, uses what it writes"
+    return ""
+
+
+def _const_range(s: isl.Set) -> Optional[tuple[int, int]]:
+    """(min, max) of a 1-d set over all parameter values, or None when unbounded/empty."""
+    n = s.dim(isl.dim_type.param)
+    s = s.move_dims(isl.dim_type.set, 1, isl.dim_type.param, 0, n) \
+        .project_out(isl.dim_type.set, 1, n)
+    if s.is_empty() or not s.is_bounded():
+        return None
+    return int(str(s.dim_min_val(0))), int(str(s.dim_max_val(0)))
+
+
+def _join(ranges: list) -> Optional[tuple[int, int]]:
+    if not ranges or any(r is None for r in ranges):
+        return None
+    return min(r[0] for r in ranges), max(r[1] for r in ranges)
+
+
+def _row_offsets(model: PolyModel, st: ir.Statement, ld: Load) -> Optional[tuple[int, int]]:
+    """The range of (row of ``ld``) - (outer iterator) over the statement's domain (ISL)."""
+    acc = model.access_map(st, ld).intersect_domain(model.domain(st))
+    n_out = acc.dim(isl.dim_type.out)
+    rows = acc.project_out(isl.dim_type.out, 1, n_out - 1).reset_tuple_id(isl.dim_type.out)
+    outer = _outer_map(model, st)
+    return _const_range(outer.reverse().apply_range(rows).deltas())
+
+
+def _outer_map(model: PolyModel, st: ir.Statement) -> isl.Map:
+    """{ S[i0, i1, ...] -> [i0] } over the statement's domain."""
+    text = f"{model.param_prefix}{{ {model.tuple_text(st)} -> [{isl_name(st.loops[0].var)}] }}"
+    return isl.Map.read_from_str(model.ctx, text).intersect_domain(model.domain(st))
+
+
+def _flow_distances(model: PolyModel, flow: isl.UnionMap, src: list, dst: list) \
+        -> Optional[tuple[int, int]]:
+    """The range of (sink outer iterator) - (source outer iterator) of the flow dependences
+    from statements ``src`` to ``dst``; None when there are none or it is unbounded."""
+    outer = {st.name: _outer_map(model, st) for st in src + dst}
+    ranges = []
+    for m in maps_of(flow):
+        a, b = m.get_tuple_name(isl.dim_type.in_), m.get_tuple_name(isl.dim_type.out)
+        if a in outer and b in outer and a in {s.name for s in src} \
+                and b in {s.name for s in dst}:
+            d = m.apply_domain(outer[a]).apply_range(outer[b]).deltas()
+            if not d.is_empty():
+                ranges.append(_const_range(d))
+    return _join(ranges) if ranges else None
+
+
+def _chain(kernel: ir.Kernel, nests: dict, order: list, q: int) -> tuple[list, str]:
+    """The members (positions, first producer first, ``q`` last) of the longest chain ending
+    at nest ``q``, and why it stops where the nest before it writes an array the chain
+    reads ('' otherwise)."""
+    members, between, why = [q], [], ""
+    loop = _outer_loop(nests[q])
+    if loop is None or len(nests[q][0].loops) < 2:
+        return members, why
+    k = order.index(q)
+    while k > 0:
+        k -= 1
+        p = order[k]
+        if p not in nests:
+            between = [st for st in kernel.statements if st.position[0] == p] + between
+            continue
+        nest = nests[p]
+        later = [st for m in members for st in nests[m]]
+        feeds = any(st.reads_variable(v) for v in _written_arrays(nest) for st in later)
+        ploop = _outer_loop(nest)
+        if ploop is None or not _same_range(ploop, loop):
+            why = f"the nest of {_owners(nest)} runs in another outer loop" if feeds else ""
+            break
+        reason = _producer_ok(kernel, nest, later, between)
+        if reason:
+            why = f"the nest of {_owners(nest)} is no producer: {reason}" if feeds else ""
+            break
+        members.insert(0, p)
+    return members, why
+
+
+def _owners(nest: list) -> str:
+    return ", ".join(sorted({st.owner for st in nest}, key=_natural))
+
+
+def _natural(name: str):
+    digits = "".join(ch for ch in name if ch.isdigit())
+    return (len(digits), digits, name)
+
+
+def fuse_pipelines(kernel: ir.Kernel, model: Optional[PolyModel] = None) \
+        -> tuple[ir.Kernel, list]:
+    """Fuse chains of producer and consumer nests through rolling row buffers (module
+    docstring). Returns the kernel and one line per fused chain, or per chain ISL found
+    illegal, saying why."""
+    decisions = []
+    done: set = set()
+    while True:
+        nests = loop_nests(kernel)
+        order = sorted({st.position[0] for st in kernel.statements})
+        for q in reversed(order):
+            if q not in nests or q in done:
+                continue
+            done.add(q)
+            members, why = _chain(kernel, nests, order, q)
+            if len(members) < 2:
+                if why:
+                    decisions.append(f"not fused: {why}")
+                continue
+            fused, text = _fuse(kernel, model, [nests[p] for p in members])
+            if fused is None:
+                decisions.append(text)
+                continue
+            kernel = fused
+            decisions.append(text)
+            break
+        else:
+            return kernel, decisions
+
+
+def _fuse(kernel: ir.Kernel, model: Optional[PolyModel], chain: list):
+    """(fused kernel, decision) or (None, why not) for the nests ``chain`` (producers
+    first, the consumer last)."""
+    pm = model_of(kernel, model)
+    temps = sorted(set().union(*(_written_arrays(n) for n in chain[:-1])))
+    flat = [v for v in temps if len(kernel.array_type(v).shape) < 2]
+    if flat:
+        return None, f"not fused: {flat[0]!r} has no rows (one dimension)"
+    deps = dependences(pm, variables=set(temps), flow_only=frozenset(temps))
+    writer = {v: j for j, n in enumerate(chain[:-1]) for v in _written_arrays(n)}
+    k = len(chain)
+    # flow distances along the outer loop, per (producer j, reader b)
+    dist: dict = {}
+    for v in temps:
+        flow = deps.flow.get(v)
+        j = writer[v]
+        for b in range(j + 1, k):
+            readers = [st for st in chain[b] if st.reads_variable(v)]
+            if not readers:
+                continue
+            d = None if flow is None else _flow_distances(pm, flow, chain[j], readers)
+            if d is None:
+                return None, (f"not fused: the nest of {_owners(chain[b])} reads {v!r} outside the "
+                              f"window ISL can bound along the outer loop")
+            dist[j, b] = _join([dist[j, b], d]) if (j, b) in dist else d
+    shift = [0] * k
+    back = [0] * k
+    for j in range(k - 2, -1, -1):
+        leads = [shift[b] - d[0] for (a, b), d in dist.items() if a == j]
+        backs = [back[b] + d[1] for (a, b), d in dist.items() if a == j]
+        shift[j] = max([0] + leads)
+        back[j] = max([0] + backs)
+    lead_in = max(back[j] + shift[j] for j in range(k))
+    # buffer heights: the slot of row r is reused by row r + W after r's last read
+    heights = {}
+    for v in temps:
+        j = writer[v]
+        w = _join([_row_offsets(pm, st, st.target) for st in chain[j]
+                   if isinstance(st.target, Load) and st.target.array == v])
+        need = []
+        for b in range(j + 1, k):
+            for st in chain[b]:
+                for ld in [ld for e in st.exprs() for ld in ir.loads(e) if ld.array == v]:
+                    need.append((b, _row_offsets(pm, st, ld)))
+        if w is None or any(r is None for _, r in need):
+            return None, f"not fused: the rows of {v!r} written or read are not bounded"
+        heights[v] = max(shift[j] + w[1] - shift[b] - r[0] for b, r in need) + 1
+    return _rewrite(kernel, chain, temps, shift, back, lead_in, heights)
+
+
+def _fresh(kernel: ir.Kernel, name: str) -> str:
+    taken = ({p.name for p in kernel.params} | {t.name for t in kernel.temps}
+             | {n for n, _ in kernel.locals} | set(kernel.sizes)
+             | {lp.var for st in kernel.statements for lp in st.loops})
+    while name in taken:
+        name = "_" + name
+    return name
+
+
+def _rewrite(kernel: ir.Kernel, chain: list, temps: list, shift: list, back: list,
+             lead_in: int, heights: dict):
+    """The kernel with the nests of ``chain`` in one chunked nest at the consumer's position
+    (module docstring), and the decision text."""
+    consumer = chain[-1]
+    loop = consumer[0].loops[0]
+    m = loop.var
+    chunk = _fresh(kernel, f"{m}_chunk")
+    rows_name = {v: _fresh(kernel, f"{v}_rows") for v in temps}
+    c, step = LoopVar(chunk), LoopVar(m)
+    extent = _sub(loop.hi, loop.lo)
+    ch = _i(CHUNK_ROWS)
+    start = _mul(c, ch)                                    # first row of the chunk - lo
+    chunk_loop = Loop(chunk, _i(0), Binary("//", _add(extent, _i(CHUNK_ROWS - 1)), ch, ir.i64))
+    step_loop = Loop(m, _sub(_add(loop.lo, start), _i(lead_in)), _add(_add(loop.lo, start), ch))
+    position = consumer[0].position[0]
+    out = {}
+    base = 0
+    for j, nest in enumerate(chain):
+        var = nest[0].loops[0].var
+        row = _add(step, _i(shift[j])) if shift[j] else step
+        own = _sub(row, loop.lo)
+        conds = (Condition(_cmp(">=", own, _sub(start, _i(back[j])))),
+                 Condition(_cmp(">=", own, _i(0))),
+                 Condition(_cmp("<", row, loop.hi)))
+        rename = {var: row}
+        width = max(st.position[1] for st in nest) + 1 if len(nest[0].position) > 1 else 1
+
+        def to_rows(x, rename=rename):
+            # (bottom-up: the index is already renamed)
+            if isinstance(x, Load) and x.array in rows_name:
+                head = Binary("%", x.index[0], _i(heights[x.array]), ir.i64)
+                return Load(rows_name[x.array], (head,) + x.index[1:], x.dtype)
+            if isinstance(x, LoopVar) and x.name in rename:
+                return rename[x.name]
+            return None
+
+        for st in nest:
+            inner = tuple(Loop(lp.var, ir.map_expr(lp.lo, to_rows), ir.map_expr(lp.hi, to_rows),
+                               lp.step) for lp in st.loops[1:])
+            out[st.name] = dataclasses.replace(
+                st, loops=(chunk_loop, step_loop) + inner,
+                position=(position, 0, base + st.position[1]) + st.position[2:],
+                target=ir.map_expr(st.target, to_rows), expr=ir.map_expr(st.expr, to_rows),
+                guard=None if st.guard is None else ir.map_expr(st.guard, to_rows),
+                conditions=tuple(dataclasses.replace(cd, expr=ir.map_expr(cd.expr, to_rows))
+                                 for cd in st.conditions) + conds)
+        base += width
+    statements = tuple(sorted((out.get(st.name, st) for st in kernel.statements),
+                              key=lambda s: s.position))
+    new_temps = []
+    for t in kernel.temps:
+        if t.name in rows_name:
+            shape = (_i(heights[t.name]),) + t.type.shape[1:]
+            new_temps.append(ir.Temp(
+                rows_name[t.name], dataclasses.replace(t.type, shape=shape), zero=False,
+                role="rows", holds=f"rows of {t.name} (row r in slot r mod {heights[t.name]}), "
+                                   f"one buffer per chunk of {CHUNK_ROWS} rows of {m}",
+                chunk=chunk))
+        else:
+            new_temps.append(t)
+    fused = dataclasses.replace(kernel, statements=statements, temps=tuple(new_temps))
+    producers = "; ".join(f"{_owners(n)} {shift[j]} row{'s' * (shift[j] != 1)} ahead"
+                          for j, n in enumerate(chain[:-1]))
+    kept = ", ".join(f"{v} kept as {heights[v]} rows per thread ({rows_name[v]})" for v in temps)
+    text = (f"fused the nests of {', '.join(_owners(n) for n in chain[:-1])} into the nest of "
+            f"{_owners(consumer)} at depth 1 (loop {m}; {producers}): {kept}; the loop over {m} "
+            f"runs in chunks of {CHUNK_ROWS} rows, each recomputing the {lead_in} producer "
+            f"steps before its first row; buffered, not "
+            f"recomputed per reading row: each buffered row is read by several rows")
+    return fused, text

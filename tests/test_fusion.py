@@ -1,0 +1,202 @@
+"""Producer-consumer fusion through rolling row buffers (``polyad.schedule.fusion``,
+``pa.compile(..., fuse=True)``).
+
+The decisions are asserted on the deconvolution gradient of ``benchmarks/`` (the
+kernel is repeated here), and every fused kernel is run against the reference
+interpreter (program order, full-size temporaries), default and deterministic,
+at sizes from one row to several chunks of rows.
+"""
+
+import functools
+
+import numpy as np
+import pytest
+
+import polyad as pa
+from polyad.pipeline import Options, compile_kernel
+from polyad.schedule.fusion import CHUNK_ROWS
+from polyad.testing import interpret
+
+from ad_helpers import assert_close, fd_grad, run_reference, scalar_fn
+
+M, N = pa.sizes("M N")
+
+
+@pa.kernel
+def deconv_cost(x: pa.f64[M, N].clamped, f: pa.f64[5], y: pa.f64[M, N]) -> pa.f64:
+    t = pa.empty(pa.f64[M, N].clamped)
+    for m in range(M):
+        for n in range(N):
+            t[m, n] = (f[0] * x[m, n - 2] + f[1] * x[m, n - 1] + f[2] * x[m, n]
+                       + f[3] * x[m, n + 1] + f[4] * x[m, n + 2])
+    C = 0.0
+    for m in range(M):
+        for n in range(N):
+            r = (f[0] * t[m - 2, n] + f[1] * t[m - 1, n] + f[2] * t[m, n]
+                 + f[3] * t[m + 1, n] + f[4] * t[m + 2, n]) - y[m, n]
+            C += r * r
+    return C
+
+
+@pa.kernel
+def column_sums(x: pa.f64[M, N], z: pa.Out(pa.f64[M, N])):
+    t = pa.empty(pa.f64[M, N])
+    for m in range(M):
+        for n in range(N):
+            t[m, n] = 2.0 * x[m, n]
+    for m in range(M):
+        for n in range(N):
+            z[m, n] = 0.0
+            for k in range(M):
+                z[m, n] += t[k, n]
+
+
+@pa.kernel
+def output_then_blur(x: pa.f64[M, N], t: pa.Out(pa.f64[M, N].clamped),
+                     z: pa.Out(pa.f64[M, N])):
+    for m in range(M):
+        for n in range(N):
+            t[m, n] = 2.0 * x[m, n]
+    for m in range(M):
+        for n in range(N):
+            z[m, n] = t[m - 1, n] + t[m, n] + t[m + 1, n]
+
+
+# one chunk; several, the last of one row (its border scatter comes from two chunks), of
+# two rows, of CHUNK_ROWS - 1 rows
+SIZES = [(1, 1), (2, 3), (3, 4), (5, 7), (70, 9), (2 * CHUNK_ROWS + 1, 4),
+         (2 * CHUNK_ROWS + 2, 5), (3 * CHUNK_ROWS - 1, 6)]
+
+
+def _decisions(kernel, target="openmp"):
+    sk = compile_kernel(kernel.ir, Options(target=target, fuse=True)).scheduled
+    return sk, [d for d in sk.schedule_decisions if "fused the nests" in d or "not fused" in d]
+
+
+def test_deconvolution_gradient_keeps_blur_rows_per_thread():
+    g = pa.grad(deconv_cost, wrt=["x", "f"])
+    sk, decisions = _decisions(g)
+    fused = [d for d in decisions if d.startswith("fused the nests")]
+    assert len(fused) == 1, sk.schedule_decisions
+    (text,) = fused
+    # the d_x pass (S16-S25) stays apart: its producer also adds into the output d_f
+    assert "not fused: the nest of S6, S7, S8, S9, S10, S11, S12, S13, S14, S15 is no " \
+           "producer: it writes 'd_f', a kernel parameter" in decisions
+    assert text.startswith("fused the nests of S2, S4, S5 into the nest of S6")
+    assert "at depth 1" in text
+    assert "S2 4 rows ahead; S4, S5 2 rows ahead" in text
+    assert "t kept as 7 rows per thread (t_rows)" in text
+    assert "d_r_expanded kept as 5 rows per thread (d_r_expanded_rows)" in text
+    rows = {t.name: [str(e) for e in t.type.shape] for t in sk.kernel.temps if t.role == "rows"}
+    assert set(rows) == {"t_rows", "d_r_expanded_rows"}
+    assert sk.kernel.array_type("t_rows").shape[0] == pa.ir.Const(7, pa.ir.i64)
+    # the caller passes only d_t (the next nest reads it); the buffers are the kernel's own
+    assert [t.name for t in sk.kernel.caller_temps] == ["d_t"]
+    source = pa.compile(g, fuse=True).source
+    assert "double *restrict t, " not in source and "malloc(" in source
+    # some chunk loop runs its chunks on threads, each with its own buffers
+    chunk_loops = [lp for lp in sk.loops.values() if lp.row_buffers]
+    assert chunk_loops and all(lp.parallel for lp in chunk_loops)
+    assert "fused the nests of S2, S4, S5" in pa.explain(g, fuse=True)
+    assert "fused the nests" not in pa.explain(g)  # off by default
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_fused_deconvolution_gradient_matches_the_interpreter(deterministic):
+    g = pa.grad(deconv_cost, wrt=["x", "f"])
+    k = pa.compile(g, deterministic=deterministic, fuse=True)
+    rng = np.random.default_rng(11)
+    for m, n in SIZES:
+        x, f, y = rng.standard_normal((m, n)), rng.standard_normal(5), rng.standard_normal((m, n))
+        dx, df = k(x, f, y)
+        _, want = interpret(g.ir, dict(x=x, f=f, y=y), dict(M=m, N=n))
+        np.testing.assert_allclose(dx, want["d_x"], rtol=1e-12, atol=1e-12, err_msg=f"{m}x{n}")
+        np.testing.assert_allclose(df, want["d_f"], rtol=1e-12, atol=1e-10, err_msg=f"{m}x{n}")
+
+
+def test_fused_forward_matches_the_interpreter():
+    sk, fused = _decisions(deconv_cost)
+    assert fused and "t kept as 5 rows per thread" in fused[0]
+    rng = np.random.default_rng(12)
+    for m, n in SIZES:
+        x, f, y = rng.standard_normal((m, n)), rng.standard_normal(5), rng.standard_normal((m, n))
+        want, _ = interpret(deconv_cost.ir, dict(x=x, f=f, y=y), dict(M=m, N=n))
+        np.testing.assert_allclose(pa.compile(deconv_cost, fuse=True)(x, f, y), want,
+                                   rtol=1e-12)
+
+
+def test_fused_deconvolution_gradient_against_finite_differences():
+    k = pa.compile(pa.grad(deconv_cost, wrt=["x", "f"]), fuse=True)
+    rng = np.random.default_rng(13)
+    for m, n in [(1, 1), (2, 5), (4, 3), (6, 6)]:
+        args = dict(x=rng.standard_normal((m, n)), f=rng.standard_normal(5),
+                    y=rng.standard_normal((m, n)))
+        dx, df = k(*[a.copy() for a in args.values()])
+        cost = scalar_fn(deconv_cost, args)
+        assert_close(dx, fd_grad(cost, args, "x"), 1e-6, 1e-7, what=f"d/dx {m}x{n}")
+        assert_close(df, fd_grad(cost, args, "f"), 1e-6, 1e-7, what=f"d/df {m}x{n}")
+
+
+def test_unbounded_window_is_not_fused():
+    sk, fused = _decisions(column_sums)
+    assert fused == ["not fused: the nest of S1, S2 reads 't' outside the window ISL can bound "
+                     "along the outer loop"], sk.schedule_decisions
+    assert not any(t.role == "rows" for t in sk.kernel.temps)
+    x = np.random.default_rng(14).standard_normal((5, 4))
+    _, want = interpret(column_sums.ir, dict(x=x), dict(M=5, N=4))
+    np.testing.assert_allclose(pa.compile(column_sums, fuse=True)(x), want["z"], rtol=1e-14)
+
+
+def test_a_kernel_output_is_never_a_row_buffer():
+    sk, fused = _decisions(output_then_blur)
+    assert fused == ["not fused: the nest of S0 is no producer: it writes 't', a kernel "
+                     "parameter"], sk.schedule_decisions
+    assert not any(t.role == "rows" for t in sk.kernel.temps)
+    x = np.random.default_rng(15).standard_normal((6, 3))
+    t, z = pa.compile(output_then_blur, fuse=True)(x)
+    _, want = interpret(output_then_blur.ir, dict(x=x), dict(M=6, N=3))
+    np.testing.assert_allclose(t, want["t"], rtol=1e-14)
+    np.testing.assert_allclose(z, want["z"], rtol=1e-14)
+
+
+def test_cuda_keeps_the_unfused_schedule():
+    # a CUDA thread runs one iteration, not a chunk of rows: no row buffers
+    sk, fused = _decisions(pa.grad(deconv_cost, wrt=["x", "f"]), target="cuda")
+    assert fused == [] and not any(t.role == "rows" for t in sk.kernel.temps)
+
+
+@functools.lru_cache(maxsize=None)
+def _corpus_fusions():
+    """(name, derived kernel, args, sizes) of the AD corpus gradients that fusion changes."""
+    import zlib
+
+    from test_ad_corpus import CASES
+
+    out = []
+    for name in sorted(CASES):
+        c = CASES[name]
+        if c["issue"]:
+            continue
+        kernel, args = c["make"](np.random.default_rng(zlib.crc32(name.encode())))
+        wrt = [c["wrt"]] if isinstance(c["wrt"], str) else list(c["wrt"])
+        for k in (kernel, pa.grad(kernel, wrt=wrt)):
+            _, fused = _decisions(k)
+            if any(d.startswith("fused the nests") for d in fused):
+                out.append((name, k, args, c["sizes"]))
+    return out
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_fused_corpus_kernels_match_the_interpreter(deterministic):
+    """Every kernel and gradient of the AD corpus that fusion changes, compiled fused,
+    against the reference interpreter (program order, full-size temporaries)."""
+    cases = _corpus_fusions()
+    assert any(name.startswith("deconv") for name, *_ in cases), [n for n, *_ in cases]
+    for name, k, args, sizes in cases:
+        copy = {n: (v.copy() if isinstance(v, np.ndarray) else v) for n, v in args.items()}
+        got = pa.compile(k, deterministic=deterministic, fuse=True)(**copy, **sizes)
+        want = run_reference(k, **{n: (v.copy() if isinstance(v, np.ndarray) else v)
+                                    for n, v in args.items()}, **sizes)
+        got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
+        for a, b in zip(got, want):
+            np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-11, err_msg=name)
