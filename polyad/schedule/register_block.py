@@ -121,8 +121,11 @@ def _block_nest(kernel: ir.Kernel, pos: int, registers: RegisterModel, model,
     def legal(subtree, d):
         nonlocal deps
         if deps is None:
-            deps = dependences(model_of(kernel, model),
-                               variables={st.target_name for st in loop_nests(kernel)[pos]},
+            # only dependences between statements of the nest matter: analyse the nest alone
+            nest = loop_nests(kernel)[pos]
+            deps = dependences(model_of(dataclasses.replace(kernel, statements=tuple(nest)),
+                                        model),
+                               variables={st.target_name for st in nest},
                                flow_only=frozenset(n for n, _ in kernel.locals))
         return not _reversed(subtree, d, deps, kernel)
 
@@ -416,11 +419,14 @@ def _drop_empty(kernel: ir.Kernel, model) -> ir.Kernel:
     that no iteration of the jammed loop reaches)."""
     from ..poly import model_of
 
-    m = model_of(kernel, model)
-    keep = tuple(st for st in kernel.statements
-                 if not (any(s.kind == ORIGIN_KIND for s in st.origin)
-                         and m.domain(st).is_empty()))
-    return dataclasses.replace(kernel, statements=keep)
+    shifted = [st for st in kernel.statements if st.origin and st.origin[-1].kind
+               == ORIGIN_KIND and st.origin[-1].index > 0 and st.conditions]
+    if not shifted:
+        return kernel
+    m = model_of(dataclasses.replace(kernel, statements=tuple(shifted)), model)
+    empty = {st.name for st in shifted if m.domain(st).is_empty()}
+    return dataclasses.replace(kernel, statements=tuple(
+        st for st in kernel.statements if st.name not in empty))
 
 
 def _shifted(st: ir.Statement, var: str, j: int) -> ir.Statement:
