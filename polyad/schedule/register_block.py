@@ -135,7 +135,7 @@ def _block_nest(kernel: ir.Kernel, pos: int, registers: RegisterModel, model,
         if not legal(subtree, d):
             continue
         trip = _trip(c)
-        kernel = _drop_empty(_apply(kernel, subtree, d, c, trip, "t"), model)
+        kernel = _drop_empty(_apply(kernel, subtree, d, c, trip, "t"), kernel, model)
         deps = None
         if d == 0:
             pos, nxt = 2 * pos, 2 * pos + 1
@@ -157,7 +157,7 @@ def _block_nest(kernel: ir.Kernel, pos: int, registers: RegisterModel, model,
     if best is None:
         return kernel, nxt
     block, d, c, subtree, contractions = best
-    kernel = _drop_empty(_apply(kernel, subtree, d, c, block, "c"), model)
+    kernel = _drop_empty(_apply(kernel, subtree, d, c, block, "c"), kernel, model)
     whole = _trip(c) is not None and _trip(c) % block == 0
     if d == 0:
         nxt = 2 * pos + (1 if whole else 2)
@@ -414,17 +414,18 @@ def _apply(kernel: ir.Kernel, subtree: list, d: int, c: ir.Loop, block: int,
     return dataclasses.replace(kernel, statements=tuple(out))
 
 
-def _drop_empty(kernel: ir.Kernel, model) -> ir.Kernel:
-    """``kernel`` without the copies whose domain is empty (a boundary piece of one tap
-    that no iteration of the jammed loop reaches)."""
+def _drop_empty(kernel: ir.Kernel, before: ir.Kernel, model) -> ir.Kernel:
+    """``kernel`` without the copies (new since ``before``) whose domain is empty: a
+    boundary piece of one tap that no iteration of the jammed loop reaches, a block or a
+    remainder that no size reaches."""
     from ..poly import model_of
 
-    shifted = [st for st in kernel.statements if st.origin and st.origin[-1].kind
-               == ORIGIN_KIND and st.origin[-1].index > 0 and st.conditions]
-    if not shifted:
+    old = {st.name for st in before.statements}
+    new = [st for st in kernel.statements if st.name not in old]
+    if not new:
         return kernel
-    m = model_of(dataclasses.replace(kernel, statements=tuple(shifted)), model)
-    empty = {st.name for st in shifted if m.domain(st).is_empty()}
+    m = model_of(dataclasses.replace(kernel, statements=tuple(new)), model)
+    empty = {st.name for st in new if m.domain(st).is_empty()}
     return dataclasses.replace(kernel, statements=tuple(
         st for st in kernel.statements if st.name not in empty))
 
