@@ -26,7 +26,6 @@ from .split import split_conflicting_instances
 from .tiling import tile_schedule
 from .locality import has_strided_inner_loop, strided_inner_accesses, unit_stride_bands
 from .loop_order import expand_reduction_rows, unit_stride_innermost
-from .register_block import RegisterModel, register_block
 from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, dependences,
                     isl_name, maps_of, split_boundary_pieces)
 
@@ -384,8 +383,7 @@ def schedule_kernel(kernel: ir.Kernel,
                     clock: Optional[StageClock] = None,
                     unit_stride: bool = False,
                     tile=None,
-                    fuse: bool = False,
-                    registers: Optional[RegisterModel] = None) -> ScheduledKernel:
+                    fuse: bool = False) -> ScheduledKernel:
     """Split, prove bounds, compute dependences, build the AST of ``kernel`` with loop facts.
 
     ``score(candidate) -> (parallel, looped)``: the parallel work a target
@@ -404,9 +402,6 @@ def schedule_kernel(kernel: ir.Kernel,
     tuple of sizes, False not at all.
     ``fuse``: fuse chains of producer and consumer nests through rolling row buffers
     (``fusion.fuse_pipelines``; for targets whose threads run whole chunks of a loop).
-    ``registers``: the target's vector registers; when given, contractions over channels
-    compute several channels per iteration of their vector loop
-    (``register_block.register_block``).
     """
     clock = clock or StageClock(kernel.name)
     n = len(kernel.statements)
@@ -439,11 +434,6 @@ def schedule_kernel(kernel: ir.Kernel,
         split, loop_orders = expand_reduction_rows(split, model)
         split, reordered = unit_stride_innermost(split)
         loop_orders.update(reordered)
-        if registers is not None:
-            split, blocked = register_block(split, registers, model)
-            for owner, text in blocked.items():
-                loop_orders[owner] = (f"{loop_orders[owner]}; {text}" if owner in loop_orders
-                                      else text)
     with clock.stage("index-set splitting", len(split.statements)):
         split, index_splits = split_conflicting_instances(split, model)
     n = len(split.statements)

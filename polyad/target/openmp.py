@@ -25,7 +25,6 @@ from ..runtime.loader import CompiledKernel
 from ..schedule import LoopFacts, ast_children, loop_key
 from ..schedule.nests import ast_expr_uses, loop_vars_along, user_statements
 from ..schedule.locality import strided_accesses
-from ..schedule.register_block import RegisterModel
 
 # Loops with at most this many iterations, whatever the sizes (filter taps,
 # channels of a fixed-size layer), are never made 'omp parallel for': a thread
@@ -48,13 +47,6 @@ THIN_WORK = 8192
 # Per-lane partial sums span two 512-bit vectors (16 doubles, 32 floats), as the
 # hand-written baselines' LANES: enough independent adds to hide the add latency.
 LANE_BITS = 1024
-
-# Register blocking (``schedule.register_block``) sizes its blocks for 32 vector
-# registers of 512 bits: x86-64 with AVX-512 (what -march=native gives on this machine:
-# gcc 12 vectorizes with zmm0-31), as on AArch64 (32 registers). A per-lane partial sum
-# takes LANE_BITS / 512 = 2 of them, so sums come in blocks of 4 channels (4 * 3 + 1
-# registers); on AVX2 (16 of 256 bits) such a block spills a few accumulators to L1.
-REGISTER_MODEL = RegisterModel(vector_registers=32, lane_sum=LANE_BITS // 512)
 
 
 @dataclass(frozen=True)
@@ -358,11 +350,8 @@ class _Planner:
             below |= self.walk(child, {**iters, it: name}, lp if threads else enclosing)
         # 'omp simd' on innermost loops whose only carried dependences are
         # reductions (the clause lets the sum be vectorized: 5x on the TV cost),
-        # never on a thread loop with private scalars: gcc 12 miscompiles 'parallel
-        # for simd private(...)' (tests/test_ad_primal_values.py::two_writers). An
-        # inner 'omp simd private(r, ...)' is fine (the conv gradient's pointwise
-        # loop r = max(s, 0) - y; d_r = ...; ran scalar without it: a third of the
-        # forward recompute's time).
+        # never with private scalars: gcc 12 miscompiles 'parallel for simd
+        # private(...)' (tests/test_ad_primal_values.py::two_writers).
         # Privatized sums (a filter gradient d_f[k] += ...) get an array-section
         # reduction clause on the simd loop too: per-lane partial sums. Its final
         # combine writes the whole section, so inside a thread loop the section
@@ -378,7 +367,7 @@ class _Planner:
                 f"; innermost loop adds into elements invariant along it: per-lane "
                 f"partial sums ({lanes} lanes) into {', '.join(sorted(facts.scatters))}"),
                 lane_sums=lanes)
-        elif (not below and facts.parallel and not (facts.private and threads) and not atomic
+        elif (not below and facts.parallel and not facts.private and not atomic
                 and not (enclosing is not None and shared)):
             lp = LoopPlan(facts, name, threads, True, privatized, atomic, cyclic=cyclic,
                           mapping=mapping + (
@@ -619,8 +608,6 @@ class OpenMPTarget:
     unit_stride_schedule = True
     # a thread runs a chunk of rows: fused nests keep their temporaries' live rows per thread
     fuses_pipelines = True
-    # and computes several output channels per iteration of its vector loop
-    register_model = REGISTER_MODEL
 
     def plan(self, scheduled, options) -> OpenMPPlan:
         return plan(scheduled, options.deterministic)
