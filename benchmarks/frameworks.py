@@ -183,13 +183,19 @@ def make_torch(kernel: str, inputs: tuple, wrt_index: tuple):
 
 
 def make_torch_compile(kernel: str, inputs: tuple, wrt_index: tuple):
-    """grad() of ``torch.compile`` (inductor, C++ on CPU) of the autograd gradient: the
-    compiler that blocks channels into registers and vectorizes the conv layer. The
-    first call compiles (a minute or more here); only the gradient is compiled."""
+    """(fwd, grad) of ``torch.compile`` (inductor, C++ on CPU): the cost under no_grad and
+    the autograd gradient, each compiled as one function (the compiler that blocks
+    channels into registers and vectorizes the conv layer). The first call of each
+    compiles (tens of seconds here). When ``torch.compile`` itself fails, both are the
+    reason as text (``n/a (...)``), so the row says why instead of stopping the run."""
     import numpy as np
     torch = _torch
     cost = _torch_costs()[kernel]
     args = [torch.from_numpy(a) if isinstance(a, np.ndarray) else a for a in inputs]
+
+    def forward(*xs):
+        with torch.no_grad():
+            return cost(*xs)
 
     def gradient(*xs):
         xs = list(xs)
@@ -198,8 +204,16 @@ def make_torch_compile(kernel: str, inputs: tuple, wrt_index: tuple):
             xs[i] = xs[i].detach().requires_grad_(True)
             leaves.append(xs[i])
         return torch.autograd.grad(cost(*xs), leaves)
-    compiled = torch.compile(gradient)
+    try:
+        compiled_fwd = torch.compile(forward)
+        compiled_grad = torch.compile(gradient)
+    except Exception as exc:  # no C++ compiler, an unsupported platform
+        why = f"n/a (torch.compile: {type(exc).__name__}: {str(exc).splitlines()[0][:80]})"
+        return why, why
+
+    def fwd():
+        return float(compiled_fwd(*args))
 
     def grad():
-        return tuple(g.numpy() for g in compiled(*args))
-    return grad
+        return tuple(g.numpy() for g in compiled_grad(*args))
+    return fwd, grad

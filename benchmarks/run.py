@@ -183,6 +183,16 @@ def cold_compile(dtype: str) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def error_text(exc: Exception, limit: int = 160) -> str:
+    """The first line of ``exc``'s message, and the next non-empty one when the first only
+    introduces it (torch.compile's "backend='inductor' raised:")."""
+    lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()] or [""]
+    text = lines[0]
+    if text.endswith(":") and len(lines) > 1:
+        text += " " + lines[1]
+    return text[:limit]
+
+
 # ---------------------------------------------------------------------------
 # one case
 # ---------------------------------------------------------------------------
@@ -205,7 +215,7 @@ def run_case(case: suite.Case, timer: Timer, args) -> dict:
             try:
                 val = fn()  # warm-up: compiles / JITs on the first call
             except Exception as exc:
-                row[kind + "_na"] = f"error: {type(exc).__name__}: {str(exc).splitlines()[0][:60]}"
+                row[kind + "_na"] = f"error: {type(exc).__name__}: {error_text(exc)}"
                 setattr(impl, kind, None)
                 continue
             row["first_s"] += time.perf_counter() - t
@@ -315,6 +325,9 @@ def summarize_targets(results: list, cold: dict) -> list[str]:
         return next((r for r in res["rows"] if r["impl"] == name), None)
 
     for res in results:
+        if res["bench"].startswith("conv"):
+            out.append(conv_targets(res))
+            continue
         if res["bench"] not in ("tv", "deconv", "deconv_x", "deconv_f"):
             continue
         p = row(res, "polyad")
@@ -345,6 +358,26 @@ def summarize_targets(results: list, cold: dict) -> list[str]:
             out.append(f"TV gradient cold compile ({dt}): n/a (AD not available); forward cold "
                        f"compile {c['fwd_s']:.2f} s")
     return out
+
+
+def conv_targets(res: dict) -> str:
+    """Issue #10's conv-layer targets: gradient at most the hand-written C's time, at least
+    as fast as torch.compile's (float32), gradient/forward at most 2.5."""
+    rows = {r["impl"]: r for r in res["rows"]}
+    p = rows.get("polyad")
+    tag = f"{res['bench']:<9s} {res['shape']:>9s} {res['dtype']}"
+    if p is None or p["grad"] is None:
+        return f"{tag}: polyad gradient n/a ({(p or {}).get('grad_na')})"
+    r = p["grad_ratio"]
+    s = f"{tag}: polyad grad / hand-written = {r:.2f} ({'PASS' if r <= 1.0 else 'FAIL'} <= 1.0)"
+    tc = rows.get("torch.compile")
+    if tc is not None and tc["grad"] is not None:
+        sp = tc["grad"] / p["grad"]
+        s += f"; torch.compile / polyad = {sp:.2f} ({'PASS' if sp >= 1 else 'FAIL'} >= 1)"
+    gf = p["grad_over_fwd"]
+    if gf is not None:
+        s += f"; grad/fwd = {gf:.2f} ({'PASS' if gf <= 2.5 else 'FAIL'} <= 2.5)"
+    return s
 
 
 def polyad_revision(pkg_dir: Path) -> str:
@@ -421,8 +454,8 @@ def parse_args(argv=None):
     ap.add_argument("--no-jax", action="store_true", help="skip JAX even when installed")
     ap.add_argument("--no-torch", action="store_true", help="skip PyTorch even when installed")
     ap.add_argument("--no-torch-compile", action="store_true",
-                    help="skip the torch.compile row of the float32 conv layer (its first call "
-                         "compiles for a minute or more)")
+                    help="skip the torch.compile rows (their first calls compile for tens of "
+                         "seconds each)")
     ap.add_argument("--no-cold-compile", action="store_true",
                     help="skip the cold compile-time measurement")
     ap.add_argument("--json", metavar="FILE", help="also write all numbers as JSON")
@@ -495,7 +528,7 @@ def main(argv=None) -> int:
         print()
         print(format_case(res))
     print()
-    print("targets (issue #4):")
+    print("targets (issues #4, #10):")
     for line in summarize_targets(results, cold):
         print("  " + line)
     total = time.perf_counter() - t_start
