@@ -175,11 +175,17 @@ def test_adjoint_terms_of_one_element_merge_across_filter_updates():
     interior = [k for k, line in enumerate(lines) if "#pragma omp" in line and "simd" in line
                 and "for (int64_t n = 1; n < (N - 1); n++)" in lines[k + 1]]
     assert interior, grad.source
-    body = []
-    for line in lines[interior[0] + 2:]:
-        if line.strip() == "}":
-            break
-        body.append(line.strip())
+
+    def body_at(k):
+        body = []
+        for line in lines[k + 2:]:
+            if line.strip() == "}":
+                break
+            body.append(line.strip())
+        return body
+
+    # the interior loop that updates d_x (the recomputed residual's loop is a vector loop too)
+    (body,) = [b for b in map(body_at, interior) if any(ln.startswith("d_x[") for ln in b)]
     heads = [line for line in body if line.startswith("d_x[")]
     assert len(heads) == 1 and heads[0].startswith(("d_x[m * N + n] = ", "d_x[m * N + n] += ")), body
     assert sum(line.startswith("+ ") for line in body) == 2  # the other two terms

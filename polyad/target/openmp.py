@@ -350,8 +350,11 @@ class _Planner:
             below |= self.walk(child, {**iters, it: name}, lp if threads else enclosing)
         # 'omp simd' on innermost loops whose only carried dependences are
         # reductions (the clause lets the sum be vectorized: 5x on the TV cost),
-        # never with private scalars: gcc 12 miscompiles 'parallel for simd
-        # private(...)' (tests/test_ad_primal_values.py::two_writers).
+        # never on a thread loop with private scalars: gcc 12 miscompiles 'parallel
+        # for simd private(...)' (tests/test_ad_primal_values.py::two_writers). An
+        # inner 'omp simd private(r, ...)' is fine (the conv gradient's pointwise
+        # loop r = max(s, 0) - y; d_r = ...; ran scalar without it: a third of the
+        # forward recompute's time).
         # Privatized sums (a filter gradient d_f[k] += ...) get an array-section
         # reduction clause on the simd loop too: per-lane partial sums. Its final
         # combine writes the whole section, so inside a thread loop the section
@@ -367,7 +370,7 @@ class _Planner:
                 f"; innermost loop adds into elements invariant along it: per-lane "
                 f"partial sums ({lanes} lanes) into {', '.join(sorted(facts.scatters))}"),
                 lane_sums=lanes)
-        elif (not below and facts.parallel and not facts.private and not atomic
+        elif (not below and facts.parallel and not (facts.private and threads) and not atomic
                 and not (enclosing is not None and shared)):
             lp = LoopPlan(facts, name, threads, True, privatized, atomic, cyclic=cyclic,
                           mapping=mapping + (
