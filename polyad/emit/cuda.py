@@ -92,8 +92,8 @@ def _own_elements(lines: list, indent: str, arrays: list, constant: set, c_types
     """Keep each thread's own element of ``arrays`` in a register for one iteration of the
     innermost grid loop (``lines``: its body, at ``indent``).
 
-    An array qualifies when every access in the body is to one element, ``A[e]`` with the
-    same index text ``e`` whose names are all ``constant`` in the iteration (grid iterators,
+    An array qualifies when the body writes it in two statements or more and every access
+    in the body is to one element, ``A[e]`` with the same index text ``e`` whose names are all ``constant`` in the iteration (grid iterators,
     sizes, host iterators, unwritten scalars) or helper calls. The band is parallel and
     ``A``'s updates are not atomic, so no other thread touches ``A[e]`` while this iteration
     runs: it is loaded once (unless the body starts by assigning it), updated in a
@@ -110,6 +110,9 @@ def _own_elements(lines: list, indent: str, arrays: list, constant: set, c_types
             continue
         element, local = f"{a}[{index}]", f"{a}_here"
         pattern = re.compile(rf"(?<![\w.>]){re.escape(element)}")
+        target = re.compile(rf"\s*{re.escape(element)} [-+*/]?= ")
+        if sum(bool(target.match(line)) for line in lines) < 2:
+            continue  # written once: the store happens once anyway
         first = next(line for line in lines if pattern.search(line.split("  // ", 1)[0]))
         head = indent + element + " = "
         assigned_first = (first.startswith(head)
