@@ -186,10 +186,11 @@ def _corpus_fusions():
     return out
 
 
-@pytest.mark.parametrize("deterministic", [False, True])
-def test_fused_corpus_kernels_match_the_interpreter(deterministic):
+def test_fused_corpus_kernels_match_the_interpreter():
     """Every kernel and gradient of the AD corpus that fusion changes, compiled fused,
-    against the reference interpreter (program order, full-size temporaries)."""
+    against the reference interpreter (program order, full-size temporaries);
+    deterministic plans of the fused deconvolution gradient are checked above."""
+    deterministic = False
     cases = _corpus_fusions()
     assert any(name.startswith("deconv") for name, *_ in cases), [n for n, *_ in cases]
     for name, k, args, sizes in cases:
