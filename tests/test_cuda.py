@@ -158,14 +158,17 @@ def test_other_small_targets_are_privatized_in_shared_memory(simulated):
 def test_a_threads_own_element_is_updated_in_a_register(simulated):
     """The TV gradient's d_g[m, n] (zeroed, then five guarded updates): one register per
     thread and one store, not a store after every update; an element read before its first
-    update is loaded first (d_h[i] in the in-place ReLU's gradient)."""
+    write is loaded first (piecewise's y[i], written under conditions); one written once is
+    left alone (floyd-warshall's row copy, test_split)."""
     sim, _ = simulated["tv_cost"]
     assert "double d_g_here;  // this thread's d_g[m * N + n], stored once below" in sim.source
     assert sim.source.count("d_g[m * N + n] = d_g_here;") == 1
     assert "d_g[m * N + n] +=" not in sim.source
     inplace, _ = simulated["temp_inplace_relu_and_mul_assign"]
-    assert "double d_h_here = d_h[i];" in inplace.source
     assert "h_here *= h_here;  // line 562: h[i] *= h[i]" in inplace.source  # DSL text kept
+    piecewise, _ = simulated["test_forward_kernels.piecewise"]
+    assert "double y_here = y[i];  // this thread's y[i], stored once below" in piecewise.source
+    assert "y_here = 2.0 * x[i];  // line 685: y[i] = 2.0 * x[i]" in piecewise.source
 
 
 def test_other_scatters_use_global_atomics(simulated):
