@@ -36,7 +36,7 @@ import islpy as isl
 
 from .. import ir
 from ..ir import Load
-from ..schedule.nests import STATEMENT_GROUP, ast_children
+from ..schedule.nests import ast_children, statement_names
 from .c_openmp import POLYAD_VERSION, _Emitter, _flat_block, _used_scalars, cname, signature
 from .cexpr import Dialect
 
@@ -167,19 +167,6 @@ class _CudaEmitter(_Emitter):
         return init, cond, inc
 
     # ---- kernels ---------------------------------------------------------
-    def _statement_names(self, nodes) -> list[str]:
-        out = []
-
-        def visit(n):
-            if n.get_type() == isl.ast_node_type.user:
-                name = n.user_get_expr().get_op_arg(0).get_id().get_name()
-                out.extend(name.split(STATEMENT_GROUP))
-            for c in ast_children(n):
-                visit(c)
-        for n in nodes:
-            visit(n)
-        return out
-
     def _params(self, host_iters: dict) -> tuple[list[str], list[str]]:
         """(declarations, argument names) every kernel of this launcher takes."""
         decls, args = [], []
@@ -208,7 +195,8 @@ class _CudaEmitter(_Emitter):
         for node in nodes:
             self.walk(node, "  ", host_iters, frozenset())
         body, self.lines = self.lines, saved
-        self.device_code += ([f"/* statements {', '.join(self._statement_names(nodes))}: not in "
+        names = [n for node in nodes for n in statement_names(node)]
+        self.device_code += ([f"/* statements {', '.join(names)}: not in "
                               f"a parallel loop, one thread */",
                               f"__global__ void {name}({', '.join(decls)})", "{"]
                              + body + ["}", ""])
@@ -228,7 +216,7 @@ class _CudaEmitter(_Emitter):
         reductions = head.reductions
         lanes = {a: n for a, n in head.privatized.items() if a in head.lanes}
         privatized = {a: n for a, n in head.privatized.items() if a not in head.lanes}
-        stmts = self._statement_names([node])
+        stmts = statement_names(node)
         by_name = {n: self.sk.statement(n) for n in stmts}
         atomic = set(head.atomic) | {n for n, st in by_name.items()
                                      if isinstance(st.target, Load)

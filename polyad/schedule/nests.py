@@ -73,6 +73,16 @@ def loop_vars_along(st, call: isl.AstExpr, iterator: str) -> list:
 STATEMENT_GROUP = "+"
 
 
+def statement_names(node: isl.AstNode) -> list[str]:
+    """The names of the statements an AST subtree runs, in order (groups split apart)."""
+    out = []
+    if node.get_type() == isl.ast_node_type.user:
+        out.extend(node.user_get_expr().get_op_arg(0).get_id().get_name().split(STATEMENT_GROUP))
+    for c in ast_children(node):
+        out.extend(statement_names(c))
+    return out
+
+
 def user_statements(node: isl.AstNode, by_name: dict) -> list:
     """``(statement, call)`` for each statement (from ``by_name``) an AST user node runs,
     in order: one, or the statements of a group, which share the node's call expression

@@ -48,7 +48,7 @@ from ..emit.cuda import CUDA, emit_cuda
 from ..runtime.cuda import DEFAULT_ARCH, CudaKernel
 from ..runtime.toolchain import CUDA_INCLUDE
 from ..schedule import LoopFacts, ScheduledKernel, ast_children, guarded_pieces, loop_key
-from ..schedule.nests import STATEMENT_GROUP
+from ..schedule.nests import STATEMENT_GROUP, statement_names
 from .openmp import _Planner, _small
 from .openmp import plan as openmp_plan
 
@@ -269,7 +269,7 @@ class _CudaPlanner(_Planner):
         nothing reads the target. Constant indices (after nvcc unrolls small tap loops)
         keep the partials in registers."""
         by_name = {st.name: st for st in self.kernel.statements}
-        statements = [by_name[n] for n in _statement_names(innermost)]
+        statements = [by_name[n] for n in statement_names(innermost)]
         lanes = set()
         for a, n in privatized.items():
             size = ir.eval_integer(n, {})
@@ -282,16 +282,6 @@ class _CudaPlanner(_Planner):
             if updates_only and not read:
                 lanes.add(a)
         return frozenset(lanes)
-
-
-def _statement_names(node: isl.AstNode) -> list[str]:
-    """Names of the statements in an AST subtree (grouped statements split apart)."""
-    out = []
-    if node.get_type() == isl.ast_node_type.user:
-        out.extend(node.user_get_expr().get_op_arg(0).get_id().get_name().split(STATEMENT_GROUP))
-    for c in ast_children(node):
-        out.extend(_statement_names(c))
-    return out
 
 
 def plan(scheduled, deterministic: bool = False) -> CudaPlan:
