@@ -57,7 +57,9 @@ class Options:
         if self.sanitize not in SANITIZERS:
             raise ValueError("sanitize must be None or 'address'")
         object.__setattr__(self, "deterministic", bool(self.deterministic))
-        object.__setattr__(self, "fuse", bool(self.fuse))
+        if not isinstance(self.fuse, bool):
+            raise ArgumentError(f"fuse must be True or False (fuse=True: producer-consumer "
+                                f"fusion through row buffers, OpenMP); got {self.fuse!r}")
         if self.tile not in (None, False):
             sizes = (self.tile,) if isinstance(self.tile, int) else tuple(self.tile)
             if not sizes or not all(isinstance(t, int) and not isinstance(t, bool) and t > 0

@@ -201,3 +201,9 @@ def test_fused_corpus_kernels_match_the_interpreter():
         got, want = (got, want) if isinstance(got, tuple) else ((got,), (want,))
         for a, b in zip(got, want):
             np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-11, err_msg=name)
+
+
+def test_a_bad_fuse_option_is_refused():
+    for bad in ("yes", 1, None):
+        with pytest.raises(pa.ArgumentError, match="fuse must be True or False"):
+            pa.compile(deconv_cost, fuse=bad)
