@@ -124,7 +124,7 @@ def test_checkpointed_gradient_on_the_device(name):
 SANITIZED = '''
 import numpy as np, polyad as pa, sys
 sys.path.insert(0, "tests")
-from cuda_corpus import GRADIENTS, arguments, copies, results
+from cuda_corpus import GRADIENTS, arguments, copies
 from tv_kernel import tv_cost
 rng = np.random.default_rng(3)
 for n in (1, 2, 3, 4):
