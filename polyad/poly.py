@@ -35,7 +35,7 @@ import islpy as isl
 
 from . import ir
 from .errors import BoundsError
-from .ir import (Binary, Call, Cast, Condition, Const, Expr, Load, LoopVar, ScalarRef, SizeVar,
+from .ir import (Binary, Call, Cast, Condition, Const, Expr, Load, LoopVar, ScalarRef, Select, SizeVar,
                  Statement, Unary)
 
 # Words the ISL parser reserves; DSL names equal to one of these get a suffix.
@@ -389,9 +389,10 @@ def model_of(kernel: ir.Kernel, model: Optional[PolyModel] = None) -> PolyModel:
 # (a 3x3 stencil's adjoint, tv's two neighbours, a 5-tap filter).
 MAX_FINE_PIECES = 4
 
-# Modes whose resolved index has a closed min/max form (``_border_index``); the others
-# (circular, zero) are always split case by case.
-_BORDER_MODES = ("clamped", "mirror")
+# Modes a border piece resolves in closed form: clamped and mirror by a min/max index
+# (``_border_index``), zero by a read under a condition (``_zero_border_read``);
+# circular is always split case by case.
+_BORDER_MODES = ("clamped", "mirror", "zero")
 
 
 def split_boundary_pieces(kernel: ir.Kernel, model: Optional[PolyModel] = None) -> ir.Kernel:
@@ -404,10 +405,11 @@ def split_boundary_pieces(kernel: ir.Kernel, model: Optional[PolyModel] = None) 
     ``S3_1``, ...; a statement needing no split keeps its name). Reads outside a
     ``.zero`` array become the constant 0; writes outside it drop the piece.
     A statement that would split into more than ``MAX_FINE_PIECES`` pieces, all
-    of whose modes are clamped or mirror, becomes two instead when the rest of its
-    domain is a face of it (``_lower_dimensional``): its interior (every index
+    of whose modes are clamped, mirror or zero, becomes two instead when the rest of
+    its domain is a face of it (``_lower_dimensional``): its interior (every index
     inside its array, the same piece as above) and its border (that rest, split
-    kind ``border``), whose indices resolve the mode with min/max (``_border_index``).
+    kind ``border``), whose indices resolve the mode with min/max (``_border_index``)
+    and whose ``.zero`` reads are 0 where they leave the array (``_zero_border_read``).
     """
     model = model_of(kernel, model)
     new_statements = []
@@ -483,6 +485,7 @@ def _interior_and_border(kernel, model: PolyModel, st: Statement,
     border = dom.subtract(interior).coalesce()
     plain = {ld: list(ld.index) for ld in moded}
     border_choice = {ld: list(ld.index) for ld in moded}
+    leaving: dict[Load, list] = {}  # .zero load -> its dimensions that leave the array
     for ld, d, _, cset in inside:
         if border.is_subset(cset):
             continue
@@ -490,7 +493,27 @@ def _interior_and_border(kernel, model: PolyModel, st: Statement,
         e, ext = ld.index[d], at.shape[d]
         cases = [res for cond, res in _dim_pieces(e, ext, at.mode)
                  if not border.intersect(model.condition_set(st, cond)).is_empty()]
-        border_choice[ld][d] = cases[0] if len(cases) == 1 else _border_index(e, ext, at.mode)
+        if at.mode != "zero":
+            border_choice[ld][d] = cases[0] if len(cases) == 1 else \
+                _border_index(e, ext, at.mode)
+        elif len(cases) == 1:
+            border_choice[ld][d] = cases[0]  # outside the array on the whole border: 0
+        else:
+            leaving.setdefault(ld, []).append(d)
+    for ld, dims in leaving.items():
+        if None in border_choice[ld]:
+            continue  # outside the array on the whole border already
+        at = kernel.array_type(ld.array)
+        within = border
+        for d in dims:
+            within = within.intersect(model.condition_set(
+                st, _dim_pieces(ld.index[d], at.shape[d], "zero")[0][0]))
+        if within.is_empty():
+            border_choice[ld] = [None] * len(ld.index)  # some index leaves it everywhere
+        elif ld == st.target:
+            return None  # a write kept on part of the border only: pieces case by case
+        else:
+            border_choice[ld] = _zero_border_read(ld, dims, at)
     if not _lower_dimensional(border):
         return None
     pieces = []
@@ -534,11 +557,29 @@ def _border_index(e: Expr, extent: Expr, mode: str) -> Expr:
     return lo(size, Binary("-", Binary("*", two, last, ir.i64), size, ir.i64))
 
 
-def _resolve_piece(st: Statement, choice: dict) -> Optional[Statement]:
-    """``st`` with each moded load replaced by its resolved access, 0, or None if dropped."""
+def _zero_border_read(ld: Load, dims: list, at: ir.ArrayType) -> Expr:
+    """Read ``ld`` of a ``.zero`` array where its indices ``dims`` leave the array on part
+    of a border piece: ``(inside ? ld[clamped indices] : 0)``; the clamped indices keep
+    the read in bounds where the condition is false (C evaluates only one branch, but the
+    bounds proof reads the access as written)."""
+    inside = None
+    index = list(ld.index)
+    for d in dims:
+        cond = _dim_pieces(ld.index[d], at.shape[d], "zero")[0][0]
+        inside = cond if inside is None else Binary("and", inside, cond, ir.boolean)
+        index[d] = _border_index(ld.index[d], at.shape[d], "clamped")
+    return Select(inside, dataclasses.replace(ld, index=tuple(index)),
+                  Const(0.0 if ld.dtype.is_float else 0, ld.dtype), ld.dtype)
 
-    def resolved(ld: Load) -> Optional[Load]:
+
+def _resolve_piece(st: Statement, choice: dict) -> Optional[Statement]:
+    """``st`` with each moded load replaced by its resolved access, 0, or None if dropped;
+    a choice that is an expression (``_zero_border_read``) replaces its load as it is."""
+
+    def resolved(ld: Load) -> Optional[Expr]:
         idx = choice[ld]
+        if isinstance(idx, Expr):
+            return idx
         return None if any(i is None for i in idx) else dataclasses.replace(ld, index=tuple(idx))
 
     def fn(e: Expr) -> Optional[Expr]:

@@ -1,7 +1,9 @@
-"""Coarse boundary pieces: a statement whose clamped/mirror cases combine into more than
-``poly.MAX_FINE_PIECES`` pieces is split into its interior and one border piece (indices
-through min/max), not one piece per combination of cases (3^d per d-dimensional stencil
-read); its gradient stays right at the smallest sizes, also under ASan."""
+"""Coarse boundary pieces: a statement whose clamped/mirror/zero cases combine into more
+than ``poly.MAX_FINE_PIECES`` pieces is split into its interior and one border piece
+(indices through min/max; a ``.zero`` read 0 where it leaves its array, or read under a
+condition where it leaves it on part of the border only), not one piece per combination of
+cases (3^d per d-dimensional stencil read); its gradient stays right at the smallest
+sizes, also under ASan."""
 
 import textwrap
 
@@ -81,6 +83,34 @@ def tv2(g: pa.f64[M, N].clamped) -> pa.f64:
 
 
 @pa.kernel
+def blur_zero(x: pa.f64[M, N].zero, f: pa.f64[3, 3], y: pa.f64[M, N]) -> pa.f64:
+    C = 0.0
+    for m in range(M):
+        for n in range(N):
+            s = 0.0
+            for a in range(3):
+                for b in range(3):
+                    s += f[a, b] * x[m + a - 1, n + b - 1]
+            C += (s - y[m, n]) ** 2
+    return C
+
+
+@pa.kernel
+def zero_products(x: pa.f64[M, N].zero, f: pa.f64[3, 3], y: pa.f64[M, N]) -> pa.f64:
+    """Two reads of a .zero array: on the border of the first, x[m, n + b - 1] leaves x
+    only where b leaves it (n = 0, b = 0), not where a does (m = 0, a = 0)."""
+    C = 0.0
+    for m in range(M):
+        for n in range(N):
+            s = 0.0
+            for a in range(3):
+                for b in range(3):
+                    s += f[a, b] * x[m + a - 1, n + b - 1] * x[m, n + b - 1]
+            C += (s - y[m, n]) ** 2
+    return C
+
+
+@pa.kernel
 def strided_taps(x: pa.f64[N].clamped, y: pa.Out(pa.f64[N])):
     for i in range(N):
         y[i] = x[2 * i - 1] + 2.0 * x[2 * i] + 3.0 * x[2 * i + 1]
@@ -114,6 +144,45 @@ def test_a_27_point_clamped_read_gives_an_interior_and_one_border_piece():
     assert max(per_owner.values()) == 2
 
 
+def test_zero_mode_reads_give_an_interior_and_one_border_piece():
+    """A 3x3 read of a .zero array: the border piece reads 0 (some index leaves the array
+    at every point of it), not eight pieces that each read 0."""
+    pieces = [st for st in _pieces(blur_zero.ir) if st.loops and "f[a, b]" in ir.expr_str(st.expr)]
+    assert [st.on_border for st in pieces] == [False, True]
+    assert ir.expr_str(pieces[1].expr).endswith("f[a, b] * 0.0")
+
+
+def test_a_zero_read_inside_on_part_of_the_border_reads_under_a_condition():
+    pieces = [st for st in _pieces(zero_products.ir)
+              if st.loops and "f[a, b]" in ir.expr_str(st.expr)]
+    assert [st.on_border for st in pieces] == [False, True]
+    (select,) = [e for e in ir.walk(pieces[1].expr) if isinstance(e, ir.Select)]
+    text = ir.expr_str(select)
+    # read with its index clamped into x (in bounds either way), 0 where it leaves x
+    assert "x[m, max(0, min(n + b - 1, N - 1))] if n + b - 1 >= 0 and n + b - 1 < N" in text
+    assert text.endswith("else 0.0")
+    rng = np.random.default_rng(3)
+    for shape in [(1, 1), (1, 3), (2, 2), (3, 1), (4, 4)]:
+        x, f, y = rng.standard_normal(shape), rng.standard_normal((3, 3)), \
+            rng.standard_normal(shape)
+        want = call_interpreted(zero_products, x, f, y, M=shape[0], N=shape[1])
+        np.testing.assert_allclose(run(zero_products, x, f, y), want, rtol=1e-12)
+
+
+def test_a_small_scatter_sharing_inner_loops_gets_a_nest_of_its_own():
+    """energy27's filter gradient d_w[a, b, c] += ... shares the tap loops with the gather
+    of d_u, whose bounds differ: it runs in a nest after that one, interior and border."""
+    text = pa.explain(pa.grad(energy27, wrt=["u", "w"]))
+    moved = [line for line in text.splitlines() if "scatter-to-gather of" in line
+             and "'d_w' is small" in line]
+    assert len(moved) == 2 and all("a nest of its own after this one" in line
+                                   for line in moved), text
+    rng = np.random.default_rng(5)
+    for shape in [(1, 1, 1), (2, 3, 1), (3, 2, 4)]:
+        args = dict(u=rng.standard_normal(shape), w=rng.standard_normal((3, 3, 3)))
+        check_against_fd(energy27, ["u", "w"], args, rtol=1e-6, atol=1e-7)
+
+
 def test_few_cases_keep_one_piece_per_case():
     """tv's two one-sided neighbours: 2 x 2 cases, at most MAX_FINE_PIECES, whose border
     pieces keep plain indices (g[m, N - 1] - g[m, N - 1] simplifies to 0 there)."""
@@ -138,7 +207,9 @@ def test_a_border_that_is_not_a_face_keeps_the_case_split():
 @pytest.mark.parametrize("kernel, shape", [
     (blur_clamped, (1, 1)), (blur_clamped, (1, 4)), (blur_clamped, (2, 3)),
     (blur_clamped, (3, 2)), (blur_clamped, (4, 4)),
-    (blur_mirror, (2, 2)), (blur_mirror, (2, 4)), (blur_mirror, (3, 2)), (blur_mirror, (4, 4))],
+    (blur_mirror, (2, 2)), (blur_mirror, (2, 4)), (blur_mirror, (3, 2)), (blur_mirror, (4, 4)),
+    (blur_zero, (1, 1)), (blur_zero, (2, 3)), (blur_zero, (4, 4)),
+    (zero_products, (1, 2)), (zero_products, (3, 3))],
     ids=lambda v: v.ir.name if hasattr(v, "ir") else "x".join(map(str, v)))
 def test_border_piece_gradient_matches_finite_differences(kernel, shape):
     rng = np.random.default_rng(sum(shape))
@@ -177,7 +248,9 @@ ASAN_SCRIPT = textwrap.dedent('''
 
     rng = np.random.default_rng(0)
     for kernel, shapes in [(t.blur_clamped, [(1, 1), (1, 3), (2, 2), (4, 3)]),
-                           (t.blur_mirror, [(2, 2), (2, 4), (4, 3)])]:
+                           (t.blur_mirror, [(2, 2), (2, 4), (4, 3)]),
+                           (t.blur_zero, [(1, 1), (2, 3), (4, 4)]),
+                           (t.zero_products, [(1, 2), (3, 3)])]:
         grad = pa.grad(kernel, wrt=["x", "f"])
         c = pa.compile(grad, sanitize="address")
         for shape in shapes:

@@ -267,6 +267,11 @@ def scatter_to_gather(kernel: ir.Kernel, model: PolyModel) -> tuple[ir.Kernel, d
         found = None
         if not why and at.ndim < len(st.loops) - outer and small_target(kernel, t.array, [st]):
             why = f"{t.array!r} is small next to the loops: per-thread copies are cheaper"
+            if not outer and _shares_inner_loop(kernel, st):
+                # beside statements of other bounds in those loops (a gather's, a border
+                # piece's faces) AST generation splits the loops for every combination
+                after_nest.add(st.name)
+                why += " (it runs in a nest of its own after this one)"
         if not why:
             found = _invert(st, at, model, outer)
             if found is None:
@@ -326,6 +331,15 @@ def _after_their_nests(statements: list, moved: set) -> list:
             out += [dataclasses.replace(st, position=(at + behind,) + st.position[1:])
                     for st in group if (st.name in moved) == behind]
     return out
+
+
+def _shares_inner_loop(kernel: ir.Kernel, st: ir.Statement) -> bool:
+    """Does ``st`` share a loop with another statement of its nest below the loops all of
+    the nest's statements share?"""
+    nest = _inside_loops(kernel, st, 0)
+    c = common_depth(nest)
+    return any(o is not st and len(o.loops) > c and o.position[:c + 1] == st.position[:c + 1]
+               for o in nest) and len(st.loops) > c
 
 
 def _inside_loops(kernel: ir.Kernel, st: ir.Statement, outer: int) -> list:
