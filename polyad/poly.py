@@ -245,8 +245,9 @@ class PolyModel:
             self.ctx, f"{self.param_prefix}{{ {self.tuple_text(st)} -> {name}[] }}")
         return m.intersect_domain(self.domain(st))
 
-    def accesses(self):
-        """(reads, must_writes, may_writes) as UnionMaps; scalars are 0-d arrays.
+    def accesses(self, statements: Optional[list[Statement]] = None):
+        """(reads, must_writes, may_writes) as UnionMaps of ``statements`` (default: all of
+        the kernel's); scalars are 0-d arrays.
 
         A guarded statement's write is only a may-write (the guard may be false), and so
         is a write whose relation ``access_map`` over-approximates.
@@ -255,11 +256,12 @@ class PolyModel:
         reads = isl.UnionMap.empty(space)
         must = isl.UnionMap.empty(space)
         may = isl.UnionMap.empty(space)
-        for st in self.kernel.statements:
+        locals_ = dict(self.kernel.locals)
+        for st in self.kernel.statements if statements is None else statements:
             for ld in st.reads():
                 reads = reads.union(self.access_map(st, ld).to_union_map())
             for name in st.scalar_reads():
-                if name in dict(self.kernel.locals):
+                if name in locals_:
                     reads = reads.union(self.scalar_map(st, name).to_union_map())
             t = st.target
             w = self.access_map(st, t) if isinstance(t, Load) else self.scalar_map(st, t.name)
@@ -268,23 +270,27 @@ class PolyModel:
                 must = must.union(w.to_union_map())
         return reads, must, may
 
-    def schedule_tree(self, names: Optional[dict[str, str]] = None) -> isl.Schedule:
+    def schedule_tree(self, names: Optional[dict[str, str]] = None,
+                      statements: Optional[list[Statement]] = None) -> isl.Schedule:
         """The original program order as a schedule tree: a sequence node where statements
         sit side by side, a one-member band per loop.
 
         ``names``: statement name -> the name its instances take (several pieces of one
-        statement may share one: their domains are united). The same order as
-        ``schedule_map``; isl's dependence analysis on a tree compares statements in
-        different children of a sequence without any polyhedral work.
+        statement may share one: their domains are united). ``statements``: only these
+        (default: all of the kernel's). The same order as ``schedule_map``; isl's
+        dependence analysis on a tree compares statements in different children of a
+        sequence without any polyhedral work.
         """
-        key = None if names is None else tuple(sorted(names.items()))
+        key = (None if names is None else tuple(sorted(names.items())),
+               None if statements is None else tuple(st.name for st in statements))
         if key not in self._trees:
-            self._trees[key] = self._schedule_tree(names)
+            self._trees[key] = self._schedule_tree(
+                names, self.kernel.statements if statements is None else statements)
         return self._trees[key]
 
-    def _schedule_tree(self, names: Optional[dict[str, str]]) -> isl.Schedule:
+    def _schedule_tree(self, names: Optional[dict[str, str]], statements) -> isl.Schedule:
         entries = []
-        for st in self.kernel.statements:
+        for st in statements:
             dom = self.domain(st)
             if names is not None:
                 dom = dom.set_tuple_name(names[st.name])
@@ -790,8 +796,13 @@ def dependences(model: PolyModel, variables: Optional[set] = None,
     objective may still pick a different schedule, so ``schedule_kernel``
     gives the ISL scheduler value-based ones).
     """
-    reads, must, may = model.accesses()
-    tree = model.schedule_tree()
+    # A pass asking about a few variables pays only for the statements that touch them.
+    variables = None if variables is None else set(variables)
+    statements = None if variables is None else [
+        st for st in model.kernel.statements
+        if st.target_name in variables or st.read_names() & variables]
+    reads, must, may = model.accesses(statements)
+    tree = model.schedule_tree(statements=statements)
     r_by, must_by, may_by = _by_variable(reads), _by_variable(must), _by_variable(may)
     # Boundary pieces of one statement share its place in program order. Where the
     # union of the pieces' accesses of a variable is one affine relation per statement
@@ -801,8 +812,8 @@ def dependences(model: PolyModel, variables: Optional[set] = None,
     # the pieces partition the statement's domain): 27 pieces of a 3x3x3 clamped
     # stencil otherwise make 27^2 flow problems. Accesses that stay piecewise keep
     # per-piece analysis: compute_flow on piecewise relations is slower, not faster.
-    group_names, to_group = _program_order_groups(model)
-    group_tree = model.schedule_tree(group_names) \
+    group_names, to_group = _program_order_groups(model, statements)
+    group_tree = model.schedule_tree(group_names, statements) \
         if len(set(group_names.values())) < len(group_names) else None
     scalars = {n for n, _ in model.kernel.locals}
     memory_based = accumulator_arrays(model.kernel) if memory_based_accumulators else frozenset()
@@ -999,9 +1010,10 @@ def _variable_dependences(var_reads, must_w, writes, tree: isl.Schedule, flow_on
     return flow_deps, output, anti
 
 
-def _program_order_groups(model: PolyModel) -> tuple[dict[str, str], isl.UnionMap]:
+def _program_order_groups(model: PolyModel, statements: Optional[list[Statement]] = None) \
+        -> tuple[dict[str, str], isl.UnionMap]:
     """Statement name -> group name, and ``{ S3_0[i] -> G0[i] : i in dom(S3_0);
-    S3_1[i] -> G0[i] ...; S5[j] -> G1[j] }``.
+    S3_1[i] -> G0[i] ...; S5[j] -> G1[j] }``, for ``statements`` (default: all).
 
     Statements at the same program-order position with the same loops are the
     boundary pieces of one statement (the order gives no other two statements
@@ -1010,7 +1022,7 @@ def _program_order_groups(model: PolyModel) -> tuple[dict[str, str], isl.UnionMa
     keys: dict[tuple, str] = {}
     names: dict[str, str] = {}
     out = isl.UnionMap.empty(model.context.get_space())
-    for st in model.kernel.statements:
+    for st in model.kernel.statements if statements is None else statements:
         key = (st.position, tuple((lp.var, lp.step > 0) for lp in st.loops))
         group = names[st.name] = keys.setdefault(key, f"G{len(keys)}")
         dom = model.domain(st)
