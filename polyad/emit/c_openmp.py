@@ -23,7 +23,7 @@ import islpy as isl
 from .. import ir
 from ..ir import Load
 from ..schedule.merge import MergedUpdate, merge_updates
-from ..schedule.nests import user_statements
+from ..schedule.nests import user_nodes, user_statements
 from ..schedule.simplify import simplify_run
 from ..version import __version__ as POLYAD_VERSION
 from .cexpr import AST_HELPERS, C99, CPrinter, Dialect, ast_expr_c, ast_expr_ir, cname
@@ -302,6 +302,13 @@ class _Emitter:
         start = len(self.lines)
         pragma = lp.pragma(self.names, lambda n: self.printer.expr(n, self.names),
                            lambda e: self.ast_c(e, {}))
+        sums = (self.register_sums(node, lp, indent, iters)
+                if getattr(lp, "register_sums", ()) else {})
+        if sums:
+            indent += "  "
+            pragma += f" reduction(+:{', '.join(acc for acc, _ in sums.values())})"
+        overridden = self.target_override
+        self.target_override = {**overridden, **{t: acc for t, (acc, _) in sums.items()}}
         if pragma is not None:
             self.out(indent, pragma)
         if lp.threads:
@@ -319,6 +326,7 @@ class _Emitter:
         self.walk(node.for_get_body(), indent + "  ", iters, atomic,
                   lp.region in ("open", "team"))
         self.rows_in_scope -= set(own)
+        self.target_override = overridden
         for v in own:
             self.out(indent + "  ", f"free({self.names[v]});")
         if len(self.lines) == body + len(own):
@@ -327,6 +335,36 @@ class _Emitter:
             del self.lines[start:]
             return
         self.out(indent, "}")
+        if sums:
+            for target, (acc, st) in sums.items():
+                self.out(indent, f"{self.printer.load(target, self.names)} += {acc};"
+                                 + self.comment(st))
+            self.out(indent[:-2], "}")
+
+    def register_sums(self, node, lp, indent: str, iters: dict) -> dict:
+        """Open the block of a loop whose updates of ``lp.register_sums`` arrays add into
+        elements invariant along it: declare one scalar sum per element (zero) and return
+        {element: (scalar, its first statement)} (the loop's statements add into the
+        scalar; the caller adds each scalar to its element after the loop and closes the
+        block)."""
+        taken = set(self.names.values()) | set(iters.values())
+        sums: dict = {}
+        for u in user_nodes(node.for_get_body()):
+            for st in self.user_statements(u, iters):
+                t = st.target
+                if isinstance(t, Load) and t.array in lp.register_sums and t not in sums:
+                    acc = f"{self.names.get(t.array, t.array)}_sum{len(sums)}"
+                    while acc in taken:
+                        acc = "_" + acc
+                    taken.add(acc)
+                    sums[t] = (acc, st)
+        if sums:
+            self.out(indent, "{")
+            for t, (acc, _) in sums.items():
+                c_type = self.k.array_type(t.array).dtype.c_type
+                self.out(indent + "  ", f"{c_type} {acc} = 0;  // the sum of "
+                                        f"{self.printer.load(t, self.names)} along the loop")
+        return sums
 
     def lane_loop(self, node, lp, indent: str, iters: dict, atomic: frozenset, init: str) -> bool:
         """Print a loop that only adds into elements invariant along it (``LoopPlan.lane_sums``)

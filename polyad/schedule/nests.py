@@ -73,6 +73,13 @@ def loop_vars_along(st, call: isl.AstExpr, iterator: str) -> list:
 STATEMENT_GROUP = "+"
 
 
+def user_nodes(node: isl.AstNode) -> list:
+    """The statement (user) nodes of an AST subtree, in order."""
+    if node.get_type() == isl.ast_node_type.user:
+        return [node]
+    return [n for kid in ast_children(node) for n in user_nodes(kid)]
+
+
 def statement_names(node: isl.AstNode) -> list[str]:
     """The names of the statements an AST subtree runs, in order (groups split apart)."""
     out = []

@@ -23,7 +23,7 @@ from ..emit.c_openmp import cname, dsl_c_names, emit_c, signature
 from ..emit.cexpr import C99, ast_expr_c
 from ..runtime.loader import CompiledKernel
 from ..schedule import LoopFacts, ast_children, loop_key
-from ..schedule.nests import ast_expr_uses, loop_vars_along, user_statements
+from ..schedule.nests import ast_expr_uses, loop_vars_along, user_nodes, user_statements
 from ..schedule.locality import strided_accesses
 
 # Loops with at most this many iterations, whatever the sizes (filter taps,
@@ -77,6 +77,12 @@ class LoopPlan:
     pixel row): the emitter runs it in blocks of this many iterations, each
     lane summing into its own partial accumulator (a vector register), and
     adds the lanes to the element once after the loop (0: not this form).
+    ``register_sums``: privatized arrays of an 'omp simd' loop that its statements only
+    add into, at elements invariant along it (``d_f[0] += ...`` beside other work along a
+    row): each element sums in a scalar of its own under the simd reduction clause and
+    is updated once after the loop, instead of an array-section reduction (which gcc 12
+    sets up and combines element by element on every entry of the loop, and does not
+    vectorize well).
     """
 
     facts: LoopFacts
@@ -90,6 +96,7 @@ class LoopPlan:
     cyclic: bool = False
     region_if: tuple = ()
     lane_sums: int = 0
+    register_sums: tuple = ()
 
     @property
     def reductions(self) -> dict:
@@ -177,6 +184,9 @@ class LoopPlan:
                 parts.append(f"private({', '.join(items)})")
         if self.atomic and self.threads:
             parts.append(f"atomic {', '.join(sorted(self.atomic))}")
+        if self.register_sums:
+            parts.append(f"sums of {', '.join(self.register_sums)} in scalars (one per "
+                         f"element, in the reduction clause)")
         if self.facts.row_buffers:
             parts.append(f"own row buffers {', '.join(self.facts.row_buffers)} per iteration")
         if self.cyclic and self.threads:
@@ -372,8 +382,10 @@ class _Planner:
                 lane_sums=lanes)
         elif (not below and facts.parallel and not (facts.private and threads) and not atomic
                 and not (enclosing is not None and shared)):
-            lp = LoopPlan(facts, name, threads, True, privatized, atomic, cyclic=cyclic,
-                          mapping=mapping + (
+            sums = self.invariant_sums(node, it, set(privatized))
+            lp = LoopPlan(facts, name, threads, True,
+                          {a: n for a, n in privatized.items() if a not in sums}, atomic,
+                          cyclic=cyclic, register_sums=sums, mapping=mapping + (
                 "; innermost loop: 'omp simd'" + (
                     " with the reduction clause" if facts.reductions or privatized else "")))
         self.loops[key] = lp
@@ -407,6 +419,26 @@ class _Planner:
         if facts.trip_count_bound is not None and facts.trip_count_bound < lanes:
             return 0  # never a whole block of lanes (filter taps)
         return lanes
+
+    def invariant_sums(self, node, it: str, arrays: set) -> tuple:
+        """The ``arrays`` (privatized by loop ``node``, iterator ``it``) that every statement
+        of the loop touching them only adds into (``+=``/``-=``, reading them nowhere), at
+        an index that does not use the loop, sorted; () unless all of them are."""
+        if not arrays:
+            return ()
+        for u in user_nodes(node.for_get_body()):
+            for st, call in user_statements(u, self.by_name):
+                touched = arrays & st.read_names() | arrays & {st.target_name}
+                if not touched:
+                    continue
+                along = set(loop_vars_along(st, call, it))
+                if (not isinstance(st.target, ir.Load) or st.target.array not in arrays
+                        or st.op not in ("+=", "-=")
+                        or any(ld.array in arrays for e in st.exprs() for ld in ir.loads(e))
+                        or any(isinstance(x, ir.LoopVar) and x.name in along
+                               for ix in st.target.index for x in ir.walk(ix))):
+                    return ()
+        return tuple(sorted(arrays))
 
     def sums_along(self, node, it: str, targets: set) -> Optional[set]:
         """The dtypes of the targets when the body of loop ``node`` (iterator ``it``) is plain
@@ -473,9 +505,13 @@ class _Planner:
             return
         if lp.threads:
             if inside:
+                # (a worksharing loop's reduction clause cannot name scalars private to the
+                # threads of the region: its sums stay array-section reductions)
                 self.loops[key] = dataclasses.replace(
                     lp, region="for", mapping=lp.mapping + "; inside the parallel region of "
-                    "an enclosing sequential loop: worksharing 'omp for'")
+                    "an enclosing sequential loop: worksharing 'omp for'", register_sums=(),
+                    privatized={**lp.privatized, **{a: lp.facts.scatters[a].elements
+                                                    for a in lp.register_sums}})
             return
         if not self.threads_below(node.for_get_body()):
             return
