@@ -208,3 +208,80 @@ def test_loop_bounds_divide_with_floor_semantics(tmp_path):
     assert c.lower(0) > 0    # the loop over c0 <= 0 runs zero times at M = 0
     # inside a loop (not a bound) ISL's promise holds and plain C division stays
     assert ast_expr_c(quotient, {}) == "((M - 1) / 3)"
+
+
+M, = pa.sizes("M")
+
+
+@pa.kernel
+def dropped_zero_write(x0: pa.f64[2 * M + 3, N + 1].mirror,
+                       y0: pa.Out(pa.f64[M, M + 3, N].zero)):
+    for i in range(1, N, 2):
+        y0[M - i, i - 1, i - 3] = x0[i + 1, 2 * i + 3] * x0[i, i]
+
+
+def test_a_dropped_zero_write_has_no_adjoint():
+    """Fuzz seed 1050: a write outside a .zero array is dropped, so at M = 1, N = 2 the
+    primal never reads x0[2, 5] (which needs two mirror reflections) and accepts the
+    sizes; its vjp ran the adjoint at that dropped instance too (adding 0 * ... into
+    d_x0 at the reflected index) and refused them. The adjoint statements now run only
+    where the primal write lands inside its array."""
+    v = pa.vjp(dropped_zero_write, wrt=["x0"])
+    for st in v.ir.statements:
+        if st.source and "adjoint of: y0[M - i" in st.source:
+            conds = " and ".join(pa.ir.expr_str(c.expr) for c in st.conditions)
+            assert "i - 3 >= 0 and i - 3 < N" in conds, conds
+    rng = np.random.default_rng(1)
+    for m, n in [(1, 2), (5, 2), (5, 7)]:
+        x0 = rng.standard_normal((2 * m + 3, n + 1))
+        y0_bar = rng.standard_normal((m, m + 3, n))
+        out = v(x0, y0_bar=y0_bar)
+        d_x0 = out[0] if isinstance(out, tuple) else out
+        eps, fd = 1e-6, np.zeros_like(x0)
+        for idx in np.ndindex(x0.shape):
+            xp, xm = x0.copy(), x0.copy()
+            xp[idx] += eps
+            xm[idx] -= eps
+            fd[idx] = ((dropped_zero_write(xp, M=m) - dropped_zero_write(xm, M=m)) * y0_bar
+                       ).sum() / (2 * eps)
+        np.testing.assert_allclose(d_x0, fd, rtol=1e-6, atol=1e-8)
+
+
+@pa.kernel
+def taped_odd_taps(x0: pa.f64[N + 2], y0: pa.Out(pa.f64[N])):
+    for i in range(N):
+        for k in range(1, N, 2):
+            y0[i] *= pa.sin(x0[k]) + y0[i] * x0[k + 1]
+
+
+TAPE_ASAN_SCRIPT = """
+import sys
+sys.path.insert(0, {tests!r})
+import numpy as np
+import polyad as pa
+import test_fuzz_regressions as t
+
+v = pa.compile(pa.vjp(t.taped_odd_taps, wrt=["x0"]), sanitize="address")
+rng = np.random.default_rng(0)
+for n in (0, 1, 2, 0, 3, 4):
+    out = v(rng.standard_normal(n + 2), y0_bar=rng.standard_normal(n))
+    d_x0 = out[0] if isinstance(out, tuple) else out
+    assert d_x0.shape == (n + 2,) and np.all(np.isfinite(d_x0))
+print("ASAN-TAPE-OK")
+"""
+
+
+def test_a_tape_of_n_minus_1_rows_is_not_touched_at_n_0(tmp_path, repo_root):
+    """Fuzz seed 1077 (heap corruption): the vjp's tapes for ``for k in range(1, N, 2)``
+    have N - 1 rows, and the model took their extents as facts (N >= 1 in the context), so
+    ISL's code for the vjp left out the guards that keep N = 0 off them and wrote outside
+    the (empty) buffers. The context now holds the parameters' shapes only."""
+    v = pa.vjp(taped_odd_taps, wrt=["x0"])
+    assert any("N - 1" in [pa.ir.expr_str(e) for e in tp.type.shape] for tp in v.ir.temps)
+    model = poly.PolyModel(v.ir)
+    n_is_0 = isl.Set.read_from_str(model.ctx, "[N] -> { : N = 0 }")
+    assert not model.context.intersect(n_is_0).is_empty(), model.context
+    import test_asan
+    tests = str(__import__("pathlib").Path(__file__).resolve().parent)
+    test_asan.run_script_under_asan(tmp_path, repo_root, TAPE_ASAN_SCRIPT.format(tests=tests),
+                                    "ASAN-TAPE-OK")
