@@ -724,6 +724,12 @@ def expr_str(e: Expr, prec: int = 0) -> str:
     return f"({s})" if p < prec else s
 
 
+def within_extent(e: Expr, extent: Expr) -> Expr:
+    """The condition ``0 <= e < extent``: index ``e`` lies inside a dimension of that extent."""
+    zero = Const(0, i64)
+    return Binary("and", Binary(">=", e, zero, boolean), Binary("<", e, extent, boolean), boolean)
+
+
 def fold_integer_constants(e: Expr) -> Expr:
     """Fold integer ``+ - *`` of constants and drop ``x + 0``, ``x * 1``, ``x * 0``.
 

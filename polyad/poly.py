@@ -357,8 +357,7 @@ class PolyModel:
 def _dim_pieces(e: Expr, extent: Expr, mode: str):
     """(condition, resolved index or None for 'zero') pieces of one index dimension."""
     zero, one, two = Const(0, ir.i64), Const(1, ir.i64), Const(2, ir.i64)
-    inside = Binary("and", Binary(">=", e, zero, ir.boolean),
-                    Binary("<", e, extent, ir.boolean), ir.boolean)
+    inside = ir.within_extent(e, extent)
     below = Binary("<", e, zero, ir.boolean)
     above = Binary(">=", e, extent, ir.boolean)
     plus = lambda a, b: Binary("+", a, b, ir.i64)
@@ -514,7 +513,7 @@ def _interior_and_border(kernel, model: PolyModel, st: Statement,
         within = border
         for d in dims:
             within = within.intersect(model.condition_set(
-                st, _dim_pieces(ld.index[d], at.shape[d], "zero")[0][0]))
+                st, ir.within_extent(ld.index[d], at.shape[d])))
         if within.is_empty():
             border_choice[ld] = [None] * len(ld.index)  # some index leaves it everywhere
         elif ld == st.target:
@@ -572,7 +571,7 @@ def _zero_border_read(ld: Load, dims: list, at: ir.ArrayType) -> Expr:
     inside = None
     index = list(ld.index)
     for d in dims:
-        cond = _dim_pieces(ld.index[d], at.shape[d], "zero")[0][0]
+        cond = ir.within_extent(ld.index[d], at.shape[d])
         inside = cond if inside is None else Binary("and", inside, cond, ir.boolean)
         index[d] = _border_index(ld.index[d], at.shape[d], "clamped")
     return Select(inside, dataclasses.replace(ld, index=tuple(index)),

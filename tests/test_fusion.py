@@ -2,7 +2,7 @@
 ``pa.compile(..., fuse=True)``).
 
 The decisions are asserted on the deconvolution gradient of ``benchmarks/`` (the
-kernel is repeated here), and every fused kernel is run against the reference
+same kernel, from ``deconv_kernels``), and every fused kernel is run against the reference
 interpreter (program order, full-size temporaries), default and deterministic,
 at sizes from one row to several chunks of rows.
 """
@@ -18,24 +18,12 @@ from polyad.schedule.fusion import CHUNK_ROWS
 from polyad.testing import interpret
 
 from ad_helpers import assert_close, fd_grad, run_reference, scalar_fn
+from deconv_kernels import deconvolution
 
 M, N = pa.sizes("M N")
 
 
-@pa.kernel
-def deconv_cost(x: pa.f64[M, N].clamped, f: pa.f64[5], y: pa.f64[M, N]) -> pa.f64:
-    t = pa.empty(pa.f64[M, N].clamped)
-    for m in range(M):
-        for n in range(N):
-            t[m, n] = (f[0] * x[m, n - 2] + f[1] * x[m, n - 1] + f[2] * x[m, n]
-                       + f[3] * x[m, n + 1] + f[4] * x[m, n + 2])
-    C = 0.0
-    for m in range(M):
-        for n in range(N):
-            r = (f[0] * t[m - 2, n] + f[1] * t[m - 1, n] + f[2] * t[m, n]
-                 + f[3] * t[m + 1, n] + f[4] * t[m + 2, n]) - y[m, n]
-            C += r * r
-    return C
+deconv_cost = deconvolution("f64")
 
 
 @pa.kernel

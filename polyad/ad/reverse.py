@@ -164,10 +164,7 @@ def _written_inside(arrays: dict, target) -> tuple:
     at = arrays.get(target.array) if isinstance(target, Load) else None
     if at is None or at.mode != "zero":
         return ()
-    zero = ir.Const(0, ir.i64)
-    return tuple(ir.Condition(Binary("and", Binary(">=", e, zero, ir.boolean),
-                                     Binary("<", e, ext, ir.boolean), ir.boolean))
-                 for e, ext in zip(target.index, at.shape))
+    return tuple(ir.Condition(ir.within_extent(e, ext)) for e, ext in zip(target.index, at.shape))
 
 
 def reverse_loop(lp: Loop) -> Loop:

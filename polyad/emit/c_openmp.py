@@ -353,10 +353,7 @@ class _Emitter:
             for st in self.user_statements(u, iters):
                 t = st.target
                 if isinstance(t, Load) and t.array in lp.register_sums and t not in sums:
-                    acc = f"{self.names.get(t.array, t.array)}_sum{len(sums)}"
-                    while acc in taken:
-                        acc = "_" + acc
-                    taken.add(acc)
+                    acc = _fresh(f"{self.names.get(t.array, t.array)}_sum{len(sums)}", taken)
                     sums[t] = (acc, st)
         if sums:
             self.out(indent, "{")
@@ -383,9 +380,7 @@ class _Emitter:
         body = node.for_get_body()
         users = [body] if body.get_type() == isl.ast_node_type.user else _flat_block(body)
         taken = set(self.names.values()) | set(iters.values())
-        lane = name + "_lane"
-        while lane in taken:
-            lane = "_" + lane
+        lane = _fresh(name + "_lane", taken)
         self.shift = (name, lane)
         shifted = [st for u in users for st in self.user_statements(u, iters)]
         self.shift = None
@@ -397,10 +392,8 @@ class _Emitter:
         sums: dict = {}
         for st in plain:
             if st.target not in sums:
-                acc = self.names.get(st.target.array, st.target.array) + "_lanes"
-                acc += str(len(sums) + 1) if sums else ""
-                while acc in taken:
-                    acc = "_" + acc
+                acc = _fresh(self.names.get(st.target.array, st.target.array) + "_lanes"
+                             + (str(len(sums) + 1) if sums else ""), taken)
                 sums[st.target] = acc
         c_type = self.k.array_type(plain[0].target.array).dtype.c_type
         inner = indent + "  "
@@ -497,6 +490,15 @@ class _Emitter:
         if helpers:
             head += helpers + [""]
         return "\n".join(head + funcs + [sig.declaration(), "{"] + self.lines + ["}", ""])
+
+
+def _fresh(base: str, taken: set) -> str:
+    """``base``, with underscores in front until no name in ``taken`` has it; taken too."""
+    name = base
+    while name in taken:
+        name = "_" + name
+    taken.add(name)
+    return name
 
 
 def _flat_block(node: isl.AstNode) -> list:

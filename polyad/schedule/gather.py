@@ -338,8 +338,9 @@ def _shares_inner_loop(kernel: ir.Kernel, st: ir.Statement) -> bool:
     the nest's statements share?"""
     nest = _inside_loops(kernel, st, 0)
     c = common_depth(nest)
-    return any(o is not st and len(o.loops) > c and o.position[:c + 1] == st.position[:c + 1]
-               for o in nest) and len(st.loops) > c
+    return len(st.loops) > c and any(
+        o is not st and len(o.loops) > c and o.position[:c + 1] == st.position[:c + 1]
+        for o in nest)
 
 
 def _inside_loops(kernel: ir.Kernel, st: ir.Statement, outer: int) -> list:

@@ -312,6 +312,17 @@ def _flat_body(node: isl.AstNode) -> list:
     return [n for kid in ast_children(node) for n in _flat_body(kid)]
 
 
+def _adds_along(st: ir.Statement, call, it: str, arrays: set) -> bool:
+    """Does ``st`` (AST call ``call``) add (``+=``/``-=``) into an element of one of
+    ``arrays`` that stays the same along the AST loop ``it`` (its index uses none of the
+    statement's loop variables that the loop changes)?"""
+    along = set(loop_vars_along(st, call, it))
+    return (isinstance(st.target, ir.Load) and st.target.array in arrays
+            and st.op in ("+=", "-=")
+            and not any(isinstance(x, ir.LoopVar) and x.name in along
+                        for ix in st.target.index for x in ir.walk(ix)))
+
+
 def _small(facts: LoopFacts) -> bool:
     """At most SMALL_LOOP iterations whatever the sizes."""
     return facts.trip_count_bound is not None and facts.trip_count_bound <= SMALL_LOOP
@@ -431,12 +442,8 @@ class _Planner:
                 touched = arrays & st.read_names() | arrays & {st.target_name}
                 if not touched:
                     continue
-                along = set(loop_vars_along(st, call, it))
-                if (not isinstance(st.target, ir.Load) or st.target.array not in arrays
-                        or st.op not in ("+=", "-=")
-                        or any(ld.array in arrays for e in st.exprs() for ld in ir.loads(e))
-                        or any(isinstance(x, ir.LoopVar) and x.name in along
-                               for ix in st.target.index for x in ir.walk(ix))):
+                if (not _adds_along(st, call, it, arrays)
+                        or any(ld.array in arrays for e in st.exprs() for ld in ir.loads(e))):
                     return ()
         return tuple(sorted(arrays))
 
@@ -450,11 +457,8 @@ class _Planner:
             return None
         dtypes = set()
         for st, call in [pair for u in users for pair in user_statements(u, self.by_name)]:
-            var = loop_vars_along(st, call, it)
-            if (len(var) != 1 or st.op not in ("+=", "-=") or st.guard is not None
-                    or not isinstance(st.target, ir.Load) or st.target.array not in targets
-                    or any(isinstance(x, ir.LoopVar) and x.name == var[0]
-                           for ix in st.target.index for x in ir.walk(ix))):
+            if (len(loop_vars_along(st, call, it)) != 1 or st.guard is not None
+                    or not _adds_along(st, call, it, targets)):
                 return None
             dtypes.add(self.kernel.array_type(st.target.array).dtype)
         return dtypes
