@@ -10,6 +10,11 @@ C signature of a kernel (documented in the emitted header comment too):
 parameters in DSL order (arrays as pointers, ``const`` when only read;
 scalars by value), then the sizes (``int64_t``), then temporary arrays, then
 ``<result>_out`` (pointer to the returned scalar) when the kernel returns one.
+
+A kernel of several loop nests prints each nest outside every loop as a
+function of its own (``NAME_nest1``, ...) between the lines ``UNIT_BEGIN`` and
+``UNIT_END``, which the kernel's function calls in order: the runtime compiles
+such units in parallel (``runtime.toolchain.translation_units``).
 """
 
 from __future__ import annotations
@@ -23,11 +28,16 @@ import islpy as isl
 from .. import ir
 from ..ir import Load
 from ..schedule.merge import MergedUpdate, merge_updates
-from ..schedule.nests import user_nodes, user_statements
+from ..schedule.nests import ast_children, user_nodes, user_statements
 from ..schedule.simplify import simplify_run
 from ..version import __version__ as POLYAD_VERSION
 from .cexpr import AST_HELPERS, C99, CPrinter, Dialect, ast_expr_c, ast_expr_ir, cname
 
+
+# The lines around a unit (a loop nest as a function of its own); the runtime splits
+# the source at them to compile units in parallel.
+UNIT_BEGIN = "/* polyad unit: a loop nest compiled on its own, in parallel with the others */"
+UNIT_END = "/* polyad end of unit */"
 
 
 @dataclass(frozen=True)
@@ -135,6 +145,12 @@ class _Emitter:
         self.shift: Optional[tuple] = None  # (iterator, lane): the iterator reads iterator + lane
         self.rows = {t.name: t for t in self.k.temps if t.role == "rows"}
         self.rows_in_scope: set = set()  # row buffers a loop around the current line declares
+        self.sig = signature(self.k, dialect)
+        # loop nests outside every loop printed as functions of their own (C only: the
+        # CUDA emitter makes kernels of them), when there are several
+        self.outline = False
+        self.units: list[list[str]] = []
+        self.unit_names: set = set()
 
     # ---- statements ------------------------------------------------------
     def substituted(self, st: ir.Statement, args: list) -> ir.Statement:
@@ -216,7 +232,10 @@ class _Emitter:
                 self.walk(kid, indent, iters, atomic, team)
             self.single(alone, indent, iters, atomic)
         elif t == isl.ast_node_type.for_:
-            self.for_loop(node, indent, iters, atomic)
+            if self.outline and not iters and not team:
+                self.nest_function(node, indent, atomic)
+            else:
+                self.for_loop(node, indent, iters, atomic)
         elif t == isl.ast_node_type.if_:
             start = len(self.lines)
             self.out(indent, f"if ({self.ast_c(node.if_get_cond(), iters)}) {{")
@@ -249,6 +268,51 @@ class _Emitter:
             pending = []
             self.walk(kid, indent, iters, atomic)
         self.statements(pending, indent, atomic)
+
+    def nest_function(self, node, indent: str, atomic: frozenset):
+        """Print the loop nest ``node`` (outside every loop) as a function of its own, a
+        unit, and its call. The function takes the kernel's parameters, the row buffers
+        of the kernel's function, the scalars the nest reads by value and the ones it
+        writes by address (copied in and out: inside, they are locals, as in one
+        function)."""
+        saved, self.lines = self.lines, []
+        self.for_loop(node, "  ", {}, atomic)
+        body, self.lines = self.lines, saved
+        if not body:
+            return
+        read, written, dsl_lines = set(), set(), set()
+        for u in user_nodes(node):
+            for st, _ in user_statements(u, self.by_name):
+                dsl_lines.add(st.line)
+                read |= st.scalar_reads()
+                if isinstance(st.target, ir.ScalarRef):
+                    written.add(st.target.name)
+        taken = set(self.names.values()) | self.unit_names
+        name = _fresh(f"{self.sig.name}_nest{len(self.units) + 1}", taken)
+        self.unit_names.add(name)
+        kept = [p for p in self.sig.params if p.kind != "result"]
+        decls = [p.declaration(self.sig.restrict) for p in kept]
+        args = [p.c_name for p in kept]
+        for v, t in self.rows.items():
+            decls.append(f"{t.type.dtype.c_type} *restrict {self.names[v]}")
+            args.append(self.names[v])
+        prologue, epilogue = [], []
+        for n, dt in self.k.locals:
+            c = self.names[n]
+            if n in written:
+                at = _fresh(c + "_at", taken)
+                decls.append(f"{dt.c_type} *restrict {at}")
+                args.append("&" + c)
+                prologue.append(f"  {dt.c_type} {c} = *{at};")
+                epilogue.append(f"  *{at} = {c};")
+            elif n in read:
+                decls.append(f"{dt.c_type} {c}")
+                args.append(c)
+        self.units.append([UNIT_BEGIN, f"void {name}({', '.join(decls)})", "{"]
+                          + prologue + body + epilogue + ["}", UNIT_END])
+        lines = sorted(dsl_lines)
+        self.out(indent, f"{name}({', '.join(args)});  // line{'s' if len(lines) > 1 else ''} "
+                         + ", ".join(map(str, lines)))
 
     def single(self, kids: list, indent: str, iters: dict, atomic: frozenset):
         """Nodes inside a parallel region that one thread runs (the others wait at the
@@ -471,6 +535,7 @@ class _Emitter:
                 self.out("  ", f"{dt.c_type} {self.names[n]} = 0;")
         for v in self.rows:  # for the statements outside every loop that has its own
             self.out("  ", self.row_buffer_allocation(v))
+        self.outline = self.outline and _outer_loop_count(self.sk.ast) >= 2
         self.walk(self.sk.ast, "  ", {}, frozenset())
         for v in self.rows:
             self.out("  ", f"free({self.names[v]});")
@@ -489,7 +554,9 @@ class _Emitter:
             helpers.append(AST_HELPERS)
         if helpers:
             head += helpers + [""]
-        return "\n".join(head + funcs + [sig.declaration(), "{"] + self.lines + ["}", ""])
+        units = [line for unit in self.units for line in unit + [""]]
+        return "\n".join(head + funcs + units + [sig.declaration(), "{"] + self.lines
+                         + ["}", ""])
 
 
 def _fresh(base: str, taken: set) -> str:
@@ -509,6 +576,13 @@ def _flat_block(node: isl.AstNode) -> list:
         kid = ch.get_at(k)
         out += _flat_block(kid) if kid.get_type() == isl.ast_node_type.block else [kid]
     return out
+
+
+def _outer_loop_count(node: isl.AstNode) -> int:
+    """The number of loops of the AST ``node`` that no loop encloses."""
+    if node.get_type() == isl.ast_node_type.for_:
+        return 1
+    return sum(_outer_loop_count(kid) for kid in ast_children(node))
 
 
 def _subst(e: ir.Expr, values: dict) -> ir.Expr:
@@ -532,4 +606,6 @@ def emit_c(plan, dialect: Dialect = C99) -> str:
     C name) and ``loop(for_node)`` -> an entry with ``iterator``, ``threads``,
     ``atomic`` (statement names) and ``pragma(names, size_text)``.
     """
-    return _Emitter(plan, dialect).source()
+    emitter = _Emitter(plan, dialect)
+    emitter.outline = True
+    return emitter.source()

@@ -21,7 +21,9 @@ import tempfile
 import time
 import warnings
 from pathlib import Path
+from typing import Optional
 
+from ..emit.c_openmp import UNIT_BEGIN, UNIT_END
 from ..errors import CompileError
 
 log = logging.getLogger("polyad")
@@ -133,7 +135,61 @@ def compile_c(source: str, name: str, sanitize: str | None = None,
     cc = c_compiler()
     flags = BASE_FLAGS + (SANITIZE_FLAGS[sanitize] if sanitize else ())
     return _cached_build(source, name, ".c", [cc, *flags], ["-lm"], _compiler_identity(cc),
-                         rebuild)
+                         rebuild, translation_units(source, compile_jobs()))
+
+
+# A source shorter than this compiles in about the time of starting the compiler.
+MIN_SPLIT_LINES = 150
+
+
+def compile_jobs() -> int:
+    """How many compiler processes one build may run at once: ``$POLYAD_COMPILE_JOBS``,
+    else the number of cores this process may run on."""
+    env = os.environ.get("POLYAD_COMPILE_JOBS")
+    if env:
+        try:
+            return max(1, int(env))
+        except ValueError:
+            raise CompileError(f"$POLYAD_COMPILE_JOBS is {env!r}: set it to a number of "
+                               f"processes (1 compiles each kernel in one piece)") from None
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def translation_units(source: str, jobs: int) -> list[str]:
+    """``source`` cut into at most ``jobs`` C files that compile separately and link into
+    the same library: the first holds the kernel's function and some units (the loop
+    nests the emitter prints as functions between ``UNIT_BEGIN`` and ``UNIT_END``), each
+    other one the text before the first unit (includes, helpers) and more units; a
+    unit compiled elsewhere leaves its prototype. The units are dealt by size (lines),
+    largest first, to the file with the fewest lines so far. One file (``[source]``)
+    when ``jobs`` is 1, the source has fewer than two units or ``MIN_SPLIT_LINES``."""
+    lines = source.split("\n")
+    starts = [k for k, line in enumerate(lines) if line == UNIT_BEGIN]
+    if jobs < 2 or len(starts) < 2 or len(lines) < MIN_SPLIT_LINES:
+        return [source]
+    units = [(a, lines.index(UNIT_END, a) + 1) for a in starts]
+    weight = [len(lines) - sum(b - a for a, b in units)] + [0] * (min(jobs, len(units) + 1) - 1)
+    where: dict = {}
+    for a, b in sorted(units, key=lambda u: u[0] - u[1]):
+        file = weight.index(min(weight))
+        where[a] = file
+        weight[file] += b - a
+    head = lines[:starts[0]]
+    files = []
+    for file in range(len(weight)):
+        if file == 0:
+            text, last = [], 0
+            for a, b in units:  # a unit compiled elsewhere leaves its declaration line
+                text += lines[last:a] + (lines[a:b] if where[a] == 0 else [lines[a + 1] + ";"])
+                last = b
+            text += lines[last:]
+        else:
+            text = head + [line for a, b in units if where[a] == file for line in lines[a:b]]
+        files.append("\n".join(text) + "\n")
+    return files
 
 
 # CUDA C: the runtime header (and the simulator header) live in this folder.
@@ -183,9 +239,10 @@ def compile_cuda_sim(source: str, name: str) -> Path:
 
 
 def _cached_build(source: str, name: str, suffix: str, cmd_head: list, libs: list,
-                  identity: str, rebuild: bool = False) -> Path:
+                  identity: str, rebuild: bool = False, units: Optional[list] = None) -> Path:
     """Build ``source`` with ``cmd_head ... -o LIB SRC libs`` into the cache (atomic rename);
-    ``rebuild=True`` replaces an existing entry."""
+    ``rebuild=True`` replaces an existing entry. ``units``: the same program as several
+    sources (``translation_units``), compiled at once with ``-c`` and then linked."""
     key = hashlib.sha256("\0".join([source, identity] + cmd_head).encode()).hexdigest()[:24]
     directory = cache_dir()
     lib = directory / f"{name}_{key}.so"
@@ -199,24 +256,66 @@ def _cached_build(source: str, name: str, suffix: str, cmd_head: list, libs: lis
     os.replace(tmp_src, src)
     fd, tmp_lib = tempfile.mkstemp(prefix=f".{name}_", suffix=".so", dir=directory)
     os.close(fd)
-    cmd = [*cmd_head, "-o", tmp_lib, str(src), *libs]
-    log.debug("compiling: %s", " ".join(cmd))
     start = time.perf_counter()
+    try:
+        if units is not None and len(units) > 1:
+            _build_units(units, name, suffix, cmd_head, libs, src, tmp_lib, directory)
+        else:
+            _run_compiler([*cmd_head, "-o", tmp_lib, str(src), *libs], name, src)
+    except CompileError:
+        os.unlink(tmp_lib)
+        raise
+    os.replace(tmp_lib, lib)
+    log.info("compiled %s in %.2f s%s -> %s", name, time.perf_counter() - start,
+             f" ({len(units)} units at once)" if units is not None and len(units) > 1 else "",
+             lib)
+    return lib
+
+
+def _build_units(units: list, name: str, suffix: str, cmd_head: list, libs: list, src: Path,
+                 out: str, directory: Path) -> None:
+    """Compile each source of ``units`` to an object file, all at once, and link them
+    into ``out``; ``src`` (the whole source) is what an error names."""
+    with tempfile.TemporaryDirectory(prefix=f".{name}_", dir=directory) as work:
+        cmds = []
+        for k, text in enumerate(units):
+            path = Path(work, f"unit{k}{suffix}")
+            path.write_text(text)
+            cmds.append([*cmd_head, "-c", "-o", str(path.with_suffix(".o")), str(path)])
+        try:
+            procs = [subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                      text=True, env=_compiler_environment()) for cmd in cmds]
+        except OSError as exc:
+            raise CompileError(f"cannot run the compiler {cmd_head[0]!r}: {exc}; set CC to a "
+                               f"C compiler with OpenMP (e.g. CC=gcc)") from None
+        failed = []
+        for cmd, proc in zip(cmds, procs):
+            _, err = proc.communicate()
+            if proc.returncode != 0:
+                failed.append((cmd, err))
+        if failed:
+            cmd, err = failed[0]
+            raise _compiler_failed(name, src, cmd, err)
+        objects = [c[-2] for c in cmds]
+        _run_compiler([*cmd_head, "-o", out, *objects, *libs], name, src)
+
+
+def _run_compiler(cmd: list, name: str, src: Path) -> None:
+    log.debug("compiling: %s", " ".join(cmd))
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, env=_compiler_environment())
     except OSError as exc:
-        os.unlink(tmp_lib)
-        raise CompileError(f"cannot run the compiler {cmd_head[0]!r}: {exc}; set CC to a C "
+        raise CompileError(f"cannot run the compiler {cmd[0]!r}: {exc}; set CC to a C "
                            f"compiler with OpenMP (e.g. CC=gcc)") from None
     if proc.returncode != 0:
-        os.unlink(tmp_lib)
-        raise CompileError(
-            f"the compiler failed on the generated code for kernel {name!r} "
-            f"(this is a polyad bug; please report it with the source file):\n"
-            f"source: {src}\ncommand: {' '.join(cmd)}\n{proc.stderr.strip()}")
-    os.replace(tmp_lib, lib)
-    log.info("compiled %s in %.2f s -> %s", name, time.perf_counter() - start, lib)
-    return lib
+        raise _compiler_failed(name, src, cmd, proc.stderr)
+
+
+def _compiler_failed(name: str, src: Path, cmd: list, stderr: str) -> CompileError:
+    return CompileError(
+        f"the compiler failed on the generated code for kernel {name!r} "
+        f"(this is a polyad bug; please report it with the source file):\n"
+        f"source: {src}\ncommand: {' '.join(cmd)}\n{stderr.strip()}")
 
 
 def _compiler_environment() -> dict:
