@@ -748,14 +748,42 @@ class Dependences:
     output: value-based analysis of a buffer indexed modulo its height costs minutes,
     and loops inside one chunk (the only ones that read these) are sequential under
     either where the buffer carries a row.
+
+    For the memory-based accumulators, ``same_element`` holds every pair of write
+    instances of one element, in both orders (each instance with itself too): a loop
+    carries a memory-based output dependence iff it runs the two instances of such a
+    pair in different iterations of one execution, which is all the loop test asks.
+    Their ordered dependences (``output``, and ``flow``: the pairs into a reader), which
+    a schedule's legality check needs, are made from those pairs when first asked for
+    (``order_accumulators``; ``all`` does): ordering the pairs costs more than finding
+    them, and most compilations never ask.
     """
 
     flow: dict[str, isl.UnionMap] = field(default_factory=dict)
     anti: dict[str, isl.UnionMap] = field(default_factory=dict)
     output: dict[str, isl.UnionMap] = field(default_factory=dict)
     memory_based: frozenset = frozenset()
+    same_element: dict[str, isl.UnionMap] = field(default_factory=dict)
+    # the program order the accumulators' pairs are ordered by, and their readers
+    order: Optional[isl.Schedule] = None
+    readers: dict[str, isl.UnionSet] = field(default_factory=dict)
+
+    def order_accumulators(self) -> None:
+        """Fill ``output`` and ``flow`` of the memory-based accumulators from their
+        ``same_element`` pairs: the pairs whose first instance runs first."""
+        missing = [v for v in self.same_element if v not in self.output]
+        if not missing:
+            return
+        sched = self.order.get_map()
+        earlier = sched.lex_lt_union_map(sched)
+        for var in missing:
+            output = self.same_element[var].intersect(earlier).coalesce()
+            self.output[var] = output
+            self.flow[var] = output.intersect_range(self.readers[var]).coalesce()
+            self.anti[var] = isl.UnionMap.empty(output.get_space())
 
     def all(self, space) -> isl.UnionMap:
+        self.order_accumulators()
         out = isl.UnionMap.empty(space)
         for d in (self.flow, self.anti, self.output):
             for m in d.values():
@@ -795,8 +823,8 @@ def dependences(model: PolyModel, variables: Optional[set] = None,
     kills) instead of value-based ones (the last write only). Value-based
     analysis of a clamped stencil's adjoint scatter ``d_u[i + a - 1, ...] +=``
     (27 pieces whose accesses differ) costs tens of seconds; the memory-based
-    pairs, one ``compute_flow`` without must-sources, under a second. The
-    caller must need no more than what both answers agree on: a loop carries a
+    ones come from the pairs of writes of one element (``Dependences.same_element``),
+    ordered only when asked for. The caller must need no more than what both answers agree on: a loop carries a
     dependence of such an array under one iff it does under the other (the
     argument is in ``accumulator_arrays``), which is all the loop test asks of
     an array; both are valid constraints for a scheduler (ISL's proximity
@@ -839,10 +867,10 @@ def dependences(model: PolyModel, variables: Optional[set] = None,
             deps.anti[var] = _memory_based_pairs(reads_, writes, tree)
             continue
         if var in deps.memory_based:
-            output = _memory_based_output(per_piece[2], tree)
-            deps.output[var] = output
-            deps.flow[var] = output.intersect_range(per_piece[0].domain()).coalesce()
-            deps.anti[var] = isl.UnionMap.empty(space)
+            writes = per_piece[2]
+            deps.same_element[var] = writes.apply_range(writes.reverse()).coalesce()
+            deps.readers[var] = per_piece[0].domain()
+            deps.order = tree
             continue
         accesses, var_tree = per_piece, tree
         if group_tree is not None:

@@ -220,6 +220,7 @@ def _piece(sk: ScheduledKernel, st: ir.Statement) -> dict:
 
 
 def _dependences(sk: ScheduledKernel) -> list[dict]:
+    sk.deps.order_accumulators()
     out = []
     for kind, _ in DEPENDENCE_KINDS:
         for var, umap in sorted(getattr(sk.deps, kind).items()):
@@ -234,6 +235,7 @@ def _dependences(sk: ScheduledKernel) -> list[dict]:
 def _computed_kinds(sk: ScheduledKernel) -> dict[str, list[str]]:
     """Variable -> the dependence kinds the scheduler computed for it (passes ask only for
     what they use: e.g. flow only for scalar locals)."""
+    sk.deps.order_accumulators()
     out: dict[str, list[str]] = {}
     for kind, _ in DEPENDENCE_KINDS:
         for var in getattr(sk.deps, kind):

@@ -419,7 +419,14 @@ def _facts_with_value_based_dependences(kernel):
     value = dependences(sk.model, flow_only=scalars)
     assert not value.memory_based
     assert sk.deps.memory_based == accumulator_arrays(sk.kernel) & set(value.output)
+    # the loop test ran on the unordered pairs; the ordered dependences come on demand
+    # (tiling's legality check may have asked already)
+    assert set(sk.deps.same_element) == sk.deps.memory_based
+    sk.deps.order_accumulators()
     for var in sk.deps.memory_based:  # a superset of the value-based pairs
+        pairs = sk.deps.same_element[var]
+        assert pairs.is_equal(pairs.reverse())
+        assert sk.deps.output[var].is_subset(pairs)
         assert value.output[var].is_subset(sk.deps.output[var])
         assert value.flow[var].is_subset(sk.deps.flow[var])
     again = _candidate(sk.schedule, sk.kernel, sk.model, value)

@@ -187,11 +187,14 @@ class _LoopAnalysis:
         self.between: dict[tuple, Optional[isl.UnionMap]] = {}
         # depth -> the distances a loop at that depth carries: { [0, ..., 0, x] : x != 0 }
         self.apart_at: dict[int, isl.UnionSet] = {}
-        for kind in ("flow", "anti", "output"):
-            for var, umap in getattr(deps, kind).items():
-                self.pairs[kind, var] = [(m.get_tuple_name(isl.dim_type.in_),
-                                          m.get_tuple_name(isl.dim_type.out), m)
-                                         for m in maps_of(umap)]
+        # a loop carries a memory-based output dependence of an accumulator iff it
+        # separates a pair of writes of one element (``Dependences.same_element``)
+        for kind, var, umap in [(kind, var, umap) for kind in ("flow", "anti", "output")
+                                for var, umap in getattr(deps, kind).items()] + [
+                ("output", var, umap) for var, umap in deps.same_element.items()]:
+            self.pairs[kind, var] = [(m.get_tuple_name(isl.dim_type.in_),
+                                      m.get_tuple_name(isl.dim_type.out), m)
+                                     for m in maps_of(umap)]
 
     def carried(self, kind: str, var: str, stmts: frozenset, sched: isl.UnionMap,
                 depth: int) -> bool:
@@ -308,13 +311,13 @@ class _LoopAnalysis:
         scatters: dict[str, ScatterFact] = {}
         reasons = []
         any_carried = False
-        for var in sorted(set(self.deps.flow) | set(self.deps.anti) | set(self.deps.output)):
+        for var in sorted({v for _, v in self.pairs}):
             # An accumulator's memory-based flow dependences are some of its output ones
             # (every reader writes the element it reads) and its anti ones are empty: a
             # loop carries one of them iff it carries an output dependence.
             kinds = ("output",) if var in self.deps.memory_based else ("flow", "anti", "output")
             carried = {kind: self.carried(kind, var, stmts, sched, depth)
-                       for kind in kinds if var in getattr(self.deps, kind)}
+                       for kind in kinds if (kind, var) in self.pairs}
             written = any(self.by_name[s].target_name == var for s in stmts)
             if not any(carried.values()) and not (written and var in self.locals):
                 continue
