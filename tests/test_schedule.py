@@ -412,7 +412,7 @@ def _facts_with_value_based_dependences(kernel):
     """The scheduled ``kernel``, checking that the loop test run on value-based dependences
     of every array proves the facts it proved on the memory-based ones of accumulators."""
     from polyad.poly import accumulator_arrays, dependences
-    from polyad.schedule.build import _candidate
+    from polyad.schedule.build import _adjacent_equal_domains, _candidate, _program_order_tree
 
     sk = compile_kernel(kernel.ir, Options()).scheduled
     scalars = frozenset(n for n, _ in sk.kernel.locals)
@@ -429,7 +429,10 @@ def _facts_with_value_based_dependences(kernel):
         assert sk.deps.output[var].is_subset(pairs)
         assert value.output[var].is_subset(sk.deps.output[var])
         assert value.flow[var].is_subset(sk.deps.flow[var])
-    again = _candidate(sk.schedule, sk.kernel, sk.model, value)
+    # the same AST, built from the tree of the program order as the scheduler did
+    tree = (_program_order_tree(sk.model, _adjacent_equal_domains(sk.model))
+            if sk.schedule_origin.startswith("program order") else None)
+    again = _candidate(sk.schedule, sk.kernel, sk.model, value, ast_schedule=tree)
     assert _facts(again.loops) == _facts(sk.loops)
     return sk
 
@@ -485,7 +488,7 @@ def test_statements_of_one_domain_at_adjacent_positions_are_one_ast_statement(ma
     into one border element at one point: grouping those would reorder the sum.)"""
     import dataclasses
 
-    from polyad.schedule.build import _adjacent_equal_domains, _candidate
+    from polyad.schedule.build import _adjacent_equal_domains, _candidate, _program_order_tree
     from polyad.target import get_target
 
     kernel = make()
@@ -493,7 +496,8 @@ def test_statements_of_one_domain_at_adjacent_positions_are_one_ast_statement(ma
     sk = art.scheduled
     groups = set(_adjacent_equal_domains(sk.model).values())
     assert groups and all("+" in g for g in groups)  # S1+S2; S0_k+S1_k, piece by piece
-    apart = _candidate(sk.schedule, sk.kernel, sk.model, sk.deps)
+    apart = _candidate(sk.schedule, sk.kernel, sk.model, sk.deps,
+                       ast_schedule=_program_order_tree(sk.model, {}))
     assert _facts(apart.loops) == _facts(sk.loops)
     target = get_target("openmp")
     unrolled = dataclasses.replace(sk, ast=apart.ast, loops=apart.loops)
