@@ -412,7 +412,8 @@ class _Planner:
         loop), and in the default mode (the lanes reassociate the sum, as a reduction
         clause does). Inside an 'omp parallel for' loop, each such array must be one
         that loop does not scatter into, or privatizes (else the threads would race on
-        the final update of the element).
+        the final update of the element). Not for a loop of border pieces only
+        (``Statement.on_border``).
         """
         if (below or threads or not facts.scatters or self.deterministic
                 or not facts.parallel or facts.private or facts.reductions):
@@ -423,6 +424,11 @@ class _Planner:
             return 0
         dtypes = self.sums_along(node, it, targets)
         if dtypes is None:
+            return 0
+        if all(st.on_border for u in user_nodes(node.for_get_body())
+               for st, _ in user_statements(u, self.by_name)):
+            # a border piece's sums run on a face of the domain (a dimension fewer
+            # iterations than the interior's): lanes would add code, not speed
             return 0
         if len(dtypes) != 1 or not next(iter(dtypes)).is_float:
             return 0
