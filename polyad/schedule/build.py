@@ -183,8 +183,8 @@ class _LoopAnalysis:
         # looks only at the pairs of statements inside it (hundreds of loops of a
         # separated boundary stencil each hold a few of the pieces).
         self.pairs: dict[tuple, list] = {}
-        # (kind, variable, statements) -> the union of their pairs (None: no pair)
-        self.between: dict[tuple, Optional[isl.UnionMap]] = {}
+        # (kind, variable, statements) -> their pairs, one union map per pair of statements
+        self.between: dict[tuple, list] = {}
         # depth -> the distances a loop at that depth carries: { [0, ..., 0, x] : x != 0 }
         self.apart_at: dict[int, isl.UnionSet] = {}
         # a loop carries a memory-based output dependence of an accumulator iff it
@@ -200,25 +200,20 @@ class _LoopAnalysis:
                 depth: int) -> bool:
         key = (kind, var, stmts)
         if key not in self.between:  # (the loops nested in one another share their pairs)
-            inside = [m for src, dst, m in self.pairs[kind, var]
-                      if src in stmts and dst in stmts]
-            dep = None
-            for m in inside:
-                dep = m.to_union_map() if dep is None else dep.union(m.to_union_map())
-            self.between[key] = dep
-        dep = self.between[key]
-        if dep is None:
-            return False
-        # (applying the loop's schedule keeps only the pairs inside the loop: intersecting
-        # with the loop's domain first costs more than the rest)
-        t = dep.apply_domain(sched).apply_range(sched)
-        if t.is_empty():
-            return False
+            self.between[key] = [m.to_union_map() for src, dst, m in self.pairs[kind, var]
+                                 if src in stmts and dst in stmts]
         if depth not in self.apart_at:
             zeros = ", ".join(["0"] * depth + ["x"])
             self.apart_at[depth] = isl.UnionSet.read_from_str(
                 self.model.ctx, f"{{ [{zeros}] : x != 0 }}")
-        return not t.deltas().intersect(self.apart_at[depth]).is_empty()
+        # pair by pair, the first one the loop carries decides (applying the loop's
+        # schedule keeps only the pairs inside the loop: intersecting with the loop's
+        # domain first costs more than the rest)
+        for dep in self.between[key]:
+            t = dep.apply_domain(sched).apply_range(sched)
+            if not t.is_empty() and not t.deltas().intersect(self.apart_at[depth]).is_empty():
+                return True
+        return False
 
     def reads_apart(self, users: list, var: str, sched: isl.UnionMap, depth: int) -> bool:
         """No statement of the loop reads (other than as its ``+=`` target) an element
