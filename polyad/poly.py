@@ -318,24 +318,24 @@ class PolyModel:
                 raise ValueError(f"position {group[0][0].position[:depth + 1]} holds both a "
                                  f"loop and a statement")
             else:
-                # the loop's iterator as an affine function of each statement's variables
-                # (built directly, not from a relation: ISL's conversion of a map on a
-                # piecewise domain to a function costs most of the tree's time), on the
-                # union of the domains of the pieces that share a name (they may overlap)
-                shared: dict[str, tuple] = {}
+                # the loop's iterator as an affine function of the variables of each
+                # statement space (pieces sharing a name share it), defined on the whole
+                # space as a band's schedule may be (the tree's domain restricts it):
+                # built directly, not from a relation, whose conversion to a function
+                # by ISL costs most of the tree's time on piecewise domains
+                member, named = None, set()
                 for st, dom in group:
-                    name = dom.get_tuple_name()
-                    shared[name] = (st, shared[name][1].union(dom) if name in shared else dom)
-                member = None
-                for st, dom in shared.values():
+                    if dom.get_tuple_name() in named:
+                        continue
+                    named.add(dom.get_tuple_name())
                     lp = st.loops[depth]
                     aff = isl.Aff.var_on_domain(isl.LocalSpace.from_space(dom.get_space()),
                                                 isl.dim_type.set, st.loop_vars.index(lp.var))
                     piece = isl.UnionPwAff.from_pw_aff(isl.PwAff.from_aff(
-                        aff if lp.step > 0 else aff.neg()).intersect_domain(dom.coalesce()))
+                        aff if lp.step > 0 else aff.neg()))
                     member = piece if member is None else member.union_add(piece)
                 part = self._order_tree(group, depth + 1).insert_partial_schedule(
-                    isl.MultiUnionPwAff.from_union_pw_aff(member.coalesce()))
+                    isl.MultiUnionPwAff.from_union_pw_aff(member))
             out = part if out is None else out.sequence(part)
         return out
 
