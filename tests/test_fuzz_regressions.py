@@ -285,3 +285,79 @@ def test_a_tape_of_n_minus_1_rows_is_not_touched_at_n_0(tmp_path, repo_root):
     tests = str(__import__("pathlib").Path(__file__).resolve().parent)
     test_asan.run_script_under_asan(tmp_path, repo_root, TAPE_ASAN_SCRIPT.format(tests=tests),
                                     "ASAN-TAPE-OK")
+
+
+@pa.kernel
+def branch_writes_its_condition(z: pa.f64[N], x: pa.f64[N], y: pa.Out(pa.f64[N])) -> pa.f64:
+    acc = 0.0
+    for j in range(N):
+        if z[j] >= -0.2:
+            z[j] -= x[j] * x[j]
+            acc += z[j]
+        else:
+            y[j] = z[j] + 0.5
+    return acc
+
+
+def _branch_writes_its_condition_reference(z, x):
+    z, y, acc = z.copy(), np.zeros_like(z), 0.0
+    for j in range(len(z)):
+        if z[j] >= -0.2:
+            z[j] -= x[j] * x[j]
+            acc += z[j]
+        else:
+            y[j] = z[j] + 0.5
+    return acc, z, y
+
+
+C_BRANCH = """
+void branch_writes_its_condition(int n, double z[n], const double x[n], double y[n]) {
+  for (int j = 0; j < n; j++) {
+    if (z[j] >= -0.2) {
+      z[j] -= x[j] * x[j];
+    } else {
+      y[j] = z[j] + 0.5;
+    }
+  }
+}
+"""
+
+
+def test_a_branch_that_writes_its_condition_runs_alone():
+    """fuzz seed 3107: every statement of a run-time ``if`` tested the condition again, so
+    after the first branch wrote what the condition reads (``z[j] -= x[j]**2`` under
+    ``z[j] >= -0.2``) the statements after it saw the new value: the second statement of
+    the branch was skipped and the else branch ran too. The condition's value at the
+    ``if`` is now kept in a local that the branches test."""
+    from ad_helpers import check_against_fd
+
+    src = branch_writes_its_condition.source
+    assert "cond294 = z[j] >= -0.2 ? 1 : 0;  // line 294: if z[j] >= -0.2" in src
+    assert src.count("if (cond294 != 0)") == 2 and "if (!(cond294 != 0))" in src
+    rng = np.random.default_rng(5)
+    for n in (1, 4, 33):
+        x = rng.uniform(0.3, 1.0, n)  # every update pushes z[j] below -0.2 when it starts near 0
+        z = rng.uniform(-0.3, 0.5, n)
+        want_acc, want_z, want_y = _branch_writes_its_condition_reference(z, x)
+        got_z = z.copy()
+        got_acc, got_y = branch_writes_its_condition(got_z, x)
+        np.testing.assert_allclose(got_acc, want_acc, rtol=1e-13)
+        np.testing.assert_array_equal(got_z, want_z)
+        np.testing.assert_array_equal(got_y, want_y)
+        # the gradient too (inputs away from the condition's threshold)
+        check_against_fd(branch_writes_its_condition, "x",
+                         dict(z=np.where(np.abs(z + 0.2) < 0.05, 0.4, z), x=x))
+
+
+def test_a_c_branch_that_writes_its_condition_runs_alone(tmp_path):
+    path = tmp_path / "branch.c"
+    path.write_text(C_BRANCH)
+    k = pa.from_c(str(path), "branch_writes_its_condition")
+    rng = np.random.default_rng(6)
+    n = 17
+    x, z = rng.uniform(0.3, 1.0, n), rng.uniform(-0.3, 0.5, n)
+    _, want_z, want_y = _branch_writes_its_condition_reference(z, x)
+    got_z, got_y = z.copy(), np.zeros(n)
+    k(got_z, x, got_y)
+    np.testing.assert_array_equal(got_z, want_z)
+    np.testing.assert_array_equal(got_y, want_y)

@@ -1157,6 +1157,9 @@ class _KernelParser(_CParserBase, KernelBuilder):
             for x in ir.walk(cond):
                 if isinstance(x, ScalarRef):
                     self.int_params.add(x.name)
+        else:
+            cond = self.condition_once(cond, _written_names(s.iftrue) | _written_names(s.iffalse),
+                                       self.line(s), f"if ({_generate(s.cond)})")
         for body, positive in ((s.iftrue, True), (s.iffalse, False)):
             if body is None:
                 continue
@@ -1224,6 +1227,37 @@ def _as_update(op: str, lvalue, rvalue) -> tuple[str, object]:
 
 def _with_mode(at: ir.ArrayType, mode: str) -> ir.ArrayType:
     return ir.ArrayType(at.dtype, at.shape, mode)
+
+
+def _written_names(node) -> set:
+    """The names a C statement may write: the variable or array of an assignment's or an
+    increment's target, and the arguments of calls (a called kernel may write its arrays)."""
+    out = set()
+
+    def root(n):
+        while isinstance(n, (c_ast.ArrayRef, c_ast.UnaryOp)):
+            n = n.name if isinstance(n, c_ast.ArrayRef) else n.expr
+        if isinstance(n, c_ast.ID):
+            out.add(n.name)
+
+    class V(c_ast.NodeVisitor):
+        def visit_Assignment(self, n):
+            root(n.lvalue)
+            self.generic_visit(n)
+
+        def visit_UnaryOp(self, n):
+            if n.op in ("++", "--", "p++", "p--"):
+                root(n.expr)
+            self.generic_visit(n)
+
+        def visit_FuncCall(self, n):
+            for a in (n.args.exprs if n.args is not None else []):
+                root(a)
+            self.generic_visit(n)
+
+    if node is not None:
+        V().visit(node)
+    return out
 
 
 def _ids(node) -> list[str]:

@@ -288,6 +288,24 @@ class KernelBuilder:
         self.counters.pop()
         self.scope = outer
 
+    def condition_once(self, cond: Expr, written: set, line: int, source: str) -> Expr:
+        """The condition of a run-time ``if`` whose branches write the variables ``written``.
+
+        Each statement of the branches tests the condition again (its guard). When a
+        branch writes what the condition reads, a later statement would test the new
+        value (both branches could run): then the condition's value at the ``if`` is
+        kept in a fresh local, assigned before the branches, and the branches test that.
+        """
+        reads = {x.array if isinstance(x, Load) else x.name for x in ir.walk(cond)
+                 if isinstance(x, (Load, ScalarRef))}
+        if not reads & written:
+            return cond
+        kept = ScalarRef(self.fresh(f"cond{line}"), ir.i32)
+        self.locals[kept.name] = kept.dtype
+        self.emit_statement(kept, "=", ir.Select(cond, Const(1, ir.i32), Const(0, ir.i32),
+                                                 ir.i32), line, source)
+        return Binary("!=", kept, Const(0, ir.i32), ir.boolean)
+
     def branch_scope(self, cond: Expr, positive: bool, affine: bool) -> Scope:
         """The scope of one branch of ``if cond``: a domain condition when ``affine``,
         else a run-time guard."""

@@ -808,6 +808,9 @@ class _KernelParser(_ExprParser, KernelBuilder):
             for x in ir.walk(cond):
                 if isinstance(x, ScalarRef):
                     self.int_params.add(x.name)
+        else:
+            cond = self.condition_once(cond, _written_names(s.body + s.orelse),
+                                       self.src.line(s), "if " + self.src.segment(s.test))
         branches = [(s.body, True), (s.orelse, False)]
         for body, positive in branches:
             if not body:
@@ -858,3 +861,27 @@ def parse_kernel(fn) -> ir.Kernel:
     """Parse a ``@pa.kernel`` Python function into an ``ir.Kernel`` (raises DSLError)."""
     src = _Source.of(fn)
     return _KernelParser(fn, src, _namespace(fn)).parse()
+
+
+def _written_names(statements: list) -> set:
+    """The names the Python statements may write: assignment targets (the array of an
+    element), and the arguments of calls (a called kernel may write its arrays)."""
+    out = set()
+    for node in (n for st in statements for n in ast.walk(st)):
+        if isinstance(node, ast.Assign):
+            targets = list(node.targets)
+        elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
+            targets = [node.target]
+        elif isinstance(node, ast.Call):
+            targets = list(node.args)
+        else:
+            continue
+        while targets:
+            t = targets.pop()
+            while isinstance(t, ast.Subscript):
+                t = t.value
+            if isinstance(t, ast.Name):
+                out.add(t.id)
+            elif isinstance(t, (ast.Tuple, ast.List)):
+                targets += t.elts
+    return out
