@@ -361,3 +361,33 @@ def test_a_c_branch_that_writes_its_condition_runs_alone(tmp_path):
     k(got_z, x, got_y)
     np.testing.assert_array_equal(got_z, want_z)
     np.testing.assert_array_equal(got_y, want_y)
+
+
+@pa.kernel
+def scatter_reads_what_later_iterations_write(x: pa.f64[N], t: pa.f64[N], y: pa.Out(pa.f64[N])):
+    for i in range(N):
+        s = x[i] * 2.0
+        t[i] = x[i] + 1.0
+        y[i] += s * t[2]
+
+
+def test_scatters_stay_before_the_writes_of_what_they_read():
+    """fuzz seed 3265: scalar expansion moved the updates that read a scalar of the nest
+    (``y[i] += s * t[2]``) into a nest after it, behind the iterations that write what
+    they also read (``t[2]``, written at i = 2): iterations 0 and 1 read the new value.
+    The move now needs no such anti dependence."""
+    from polyad.pipeline import compile_kernel
+
+    sk = compile_kernel(scatter_reads_what_later_iterations_write.ir).scheduled
+    assert sk.expansions["s"].startswith("kept scalar: the scatters read 't'")
+    rng = np.random.default_rng(12)
+    for n in (3, 4, 7):  # (t[2] must exist)
+        x, t = rng.standard_normal(n), rng.standard_normal(n)
+        want_t, want_y = t.copy(), np.zeros(n)
+        for i in range(n):
+            want_t[i] = x[i] + 1.0
+            want_y[i] += 2.0 * x[i] * want_t[2]
+        got_t = t.copy()
+        got_y = scatter_reads_what_later_iterations_write(x, got_t)
+        np.testing.assert_allclose(got_y, want_y, rtol=1e-14)
+        np.testing.assert_array_equal(got_t, want_t)

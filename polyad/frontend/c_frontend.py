@@ -1231,7 +1231,8 @@ def _with_mode(at: ir.ArrayType, mode: str) -> ir.ArrayType:
 
 def _written_names(node) -> set:
     """The names a C statement may write: the variable or array of an assignment's or an
-    increment's target, and the arguments of calls (a called kernel may write its arrays)."""
+    increment's target, and the arguments of calls (a called kernel may write its arrays;
+    a call of a math function counts too, which only costs a local)."""
     out = set()
 
     def root(n):

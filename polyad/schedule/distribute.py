@@ -44,6 +44,27 @@ def _private_to_iterations(var: str, names: set, c: int, deps: Dependences) -> b
     return True
 
 
+def _read_then_overwritten(kernel: ir.Kernel, model: Optional[PolyModel], scatters: list,
+                           rest: list, expand: set) -> str:
+    """Why the scatters may not run after the whole nest ("" if they may): a statement of
+    the rest writes what a scatter read in an earlier iteration (an anti dependence the
+    move would reverse: the scatter would read the later value; fuzz seed 3265, where
+    ``y0[j + 3] += ... + t0[1, j]`` went behind the iterations that write ``t0[1, j]``).
+    The expanded scalars keep their value per iteration."""
+    read = set().union(*[st.read_names() for st in scatters]) - expand
+    overlap = read & {st.target_name for st in rest}
+    if not overlap:
+        return ""
+    deps = dependences(model_of(kernel, model), variables=overlap)
+    moved, others = {st.name for st in scatters}, {st.name for st in rest}
+    for v in sorted(overlap):
+        for m in maps_of(deps.anti[v]) if v in deps.anti else []:
+            if (m.get_tuple_name(isl.dim_type.in_) in moved
+                    and m.get_tuple_name(isl.dim_type.out) in others):
+                return f"the scatters read {v!r}, which later iterations of the nest write"
+    return ""
+
+
 def _expansion_shape(loops) -> tuple | None:
     """Extents of an array indexed by the loop variables, or None if not rectangular from 0."""
     shape = []
@@ -113,6 +134,8 @@ def expand_and_distribute(kernel: ir.Kernel, model: Optional[PolyModel] = None) 
             for v in sorted(expand):
                 if not _private_to_iterations(v, names, c, deps):
                     why = f"scalar {v!r} carries a value between iterations"
+        if not why:
+            why = _read_then_overwritten(kernel, model, scatters, rest, expand)
         if why:
             for v in sorted(expand):
                 decisions[v] = "kept scalar: " + why
