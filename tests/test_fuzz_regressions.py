@@ -391,3 +391,21 @@ def test_scatters_stay_before_the_writes_of_what_they_read():
         got_y = scatter_reads_what_later_iterations_write(x, got_t)
         np.testing.assert_allclose(got_y, want_y, rtol=1e-14)
         np.testing.assert_array_equal(got_t, want_t)
+
+
+@pa.kernel
+def cancelling_reads(x: pa.f64[N], y: pa.f64[N]) -> pa.f64:
+    acc = 0.0
+    for i in range(N):
+        acc += x[i] * x[i] - (y[i] - y[i])
+    return acc
+
+
+def test_partials_that_cancel_contribute_nothing():
+    """fuzz seed 3354: the partials of ``y[i]`` in ``y[i] - y[i]`` sum to zero, and the
+    adjoint built an update of ``d_y[i]`` with no value (an internal error)."""
+    g = pa.grad(cancelling_reads, wrt=["x", "y"])
+    x, y = np.random.default_rng(13).standard_normal((2, 6))
+    dx, dy = g(x, y)
+    np.testing.assert_allclose(dx, 2 * x, rtol=1e-14)
+    np.testing.assert_array_equal(dy, np.zeros(6))

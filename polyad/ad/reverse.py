@@ -384,7 +384,8 @@ class _Reverse:
     # -- chain rule -----------------------------------------------------------
     def backprop(self, e: Expr, bar: Expr) -> list[tuple[Expr, Expr]]:
         """Adjoint contributions ``[(active read, bar * d e / d read)]`` (one per read; the
-        partials of a read appearing several times are summed before multiplying)."""
+        partials of a read appearing several times are summed before multiplying; a read
+        whose partials sum to zero contributes nothing)."""
         acc: dict = {}
 
         def rec(x: Expr, b: Optional[Expr]):
@@ -413,7 +414,9 @@ class _Reverse:
                     rec(child, X.mul(b, p))
 
         rec(e, X.fconst(1, e.dtype))
-        return [(r, X.mul(bar, g)) for r, g in acc.items()]
+        # (partials that cancel, as in ``y[i] - y[i]``, sum to zero: no contribution)
+        products = [(r, X.mul(bar, g)) for r, g in acc.items()]
+        return [(r, g) for r, g in products if g is not None]
 
     # -- adjoint of one statement ----------------------------------------------
     def single_assignment(self, lf: Leaf) -> bool:

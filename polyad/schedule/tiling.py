@@ -196,6 +196,8 @@ def tile_schedule(schedule: isl.Schedule, kernel: ir.Kernel, model: PolyModel,
         deepest = _deepest(group)
         moving = [k for k in range(width)
                   if any(not funcs[st.name][k].is_cst() for st in deepest)]
+        if not moving:  # every loop of the band runs once here (pieces at fixed points)
+            continue
         dims = {st.name: [_vars_of(funcs[st.name][k], st) for k in moving] for st in deepest}
         if any(len(vs) != 1 for st in deepest for vs in dims[st.name]):
             decisions.append(f"not tiled ({deepest[0].name}): a schedule dimension is not "
