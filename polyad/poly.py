@@ -775,9 +775,8 @@ class Dependences:
         if not missing:
             return
         sched = self.order.get_map()
-        earlier = sched.lex_lt_union_map(sched)
         for var in missing:
-            output = self.same_element[var].intersect(earlier).coalesce()
+            output = _in_order(self.same_element[var], sched)
             self.output[var] = output
             self.flow[var] = output.intersect_range(self.readers[var]).coalesce()
             self.anti[var] = isl.UnionMap.empty(output.get_space())
@@ -802,11 +801,20 @@ def _by_variable(umap: isl.UnionMap) -> dict[str, isl.UnionMap]:
     return out
 
 
+def _same_element(sources: isl.UnionMap, sinks: isl.UnionMap) -> isl.UnionMap:
+    """{source instance -> sink instance : they access the same element}."""
+    return sources.apply_range(sinks.reverse()).coalesce()
+
+
+def _in_order(pairs: isl.UnionMap, sched: isl.UnionMap) -> isl.UnionMap:
+    """The pairs of ``pairs`` whose first instance ``sched`` runs first."""
+    return pairs.intersect(sched.lex_lt_union_map(sched)).coalesce()
+
+
 def _ordered_pairs(sources: isl.UnionMap, sinks: isl.UnionMap,
                    sched: isl.UnionMap) -> isl.UnionMap:
     """{source instance -> sink instance : same element, source scheduled first}."""
-    pairs = sources.apply_range(sinks.reverse())
-    return pairs.intersect(sched.lex_lt_union_map(sched)).coalesce()
+    return _in_order(_same_element(sources, sinks), sched)
 
 
 def dependences(model: PolyModel, variables: Optional[set] = None,
@@ -824,12 +832,12 @@ def dependences(model: PolyModel, variables: Optional[set] = None,
     analysis of a clamped stencil's adjoint scatter ``d_u[i + a - 1, ...] +=``
     (27 pieces whose accesses differ) costs tens of seconds; the memory-based
     ones come from the pairs of writes of one element (``Dependences.same_element``),
-    ordered only when asked for. The caller must need no more than what both answers agree on: a loop carries a
-    dependence of such an array under one iff it does under the other (the
-    argument is in ``accumulator_arrays``), which is all the loop test asks of
-    an array; both are valid constraints for a scheduler (ISL's proximity
-    objective may still pick a different schedule, so ``schedule_kernel``
-    gives the ISL scheduler value-based ones).
+    ordered only when asked for. The caller must need no more than what both
+    answers agree on: a loop carries a dependence of such an array under one iff
+    it does under the other (the argument is in ``accumulator_arrays``), which is
+    all the loop test asks of an array; both are valid constraints for a
+    scheduler (ISL's proximity objective may still pick a different schedule, so
+    ``schedule_kernel`` gives the ISL scheduler value-based ones).
     """
     # A pass asking about a few variables pays only for the statements that touch them.
     variables = None if variables is None else set(variables)
@@ -868,7 +876,7 @@ def dependences(model: PolyModel, variables: Optional[set] = None,
             continue
         if var in deps.memory_based:
             writes = per_piece[2]
-            deps.same_element[var] = writes.apply_range(writes.reverse()).coalesce()
+            deps.same_element[var] = _same_element(writes, writes)
             deps.readers[var] = per_piece[0].domain()
             deps.order = tree
             continue

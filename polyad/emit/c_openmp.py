@@ -130,7 +130,7 @@ def signature(kernel: ir.Kernel, dialect: Dialect = C99) -> CSignature:
 
 
 class _Emitter:
-    def __init__(self, plan, dialect: Dialect):
+    def __init__(self, plan, dialect: Dialect, outline: bool = False):
         self.plan = plan
         self.sk = plan.scheduled
         self.k = self.sk.kernel
@@ -146,11 +146,10 @@ class _Emitter:
         self.rows = {t.name: t for t in self.k.temps if t.role == "rows"}
         self.rows_in_scope: set = set()  # row buffers a loop around the current line declares
         self.sig = signature(self.k, dialect)
-        # loop nests outside every loop printed as functions of their own (C only: the
-        # CUDA emitter makes kernels of them), when there are several
-        self.outline = False
+        # loop nests outside every loop printed as functions of their own, when there are
+        # several (C only: the CUDA emitter makes kernels of them)
+        self.outline = outline and _outer_loop_count(self.sk.ast) >= 2
         self.units: list[list[str]] = []
-        self.unit_names: set = set()
 
     # ---- statements ------------------------------------------------------
     def substituted(self, st: ir.Statement, args: list) -> ir.Statement:
@@ -287,9 +286,9 @@ class _Emitter:
                 read |= st.scalar_reads()
                 if isinstance(st.target, ir.ScalarRef):
                     written.add(st.target.name)
-        taken = set(self.names.values()) | self.unit_names
+        # (the units' own names differ in their numbers)
+        taken = set(self.names.values())
         name = _fresh(f"{self.sig.name}_nest{len(self.units) + 1}", taken)
-        self.unit_names.add(name)
         kept = [p for p in self.sig.params if p.kind != "result"]
         decls = [p.declaration(self.sig.restrict) for p in kept]
         args = [p.c_name for p in kept]
@@ -535,7 +534,6 @@ class _Emitter:
                 self.out("  ", f"{dt.c_type} {self.names[n]} = 0;")
         for v in self.rows:  # for the statements outside every loop that has its own
             self.out("  ", self.row_buffer_allocation(v))
-        self.outline = self.outline and _outer_loop_count(self.sk.ast) >= 2
         self.walk(self.sk.ast, "  ", {}, frozenset())
         for v in self.rows:
             self.out("  ", f"free({self.names[v]});")
@@ -606,6 +604,4 @@ def emit_c(plan, dialect: Dialect = C99) -> str:
     C name) and ``loop(for_node)`` -> an entry with ``iterator``, ``threads``,
     ``atomic`` (statement names) and ``pragma(names, size_text)``.
     """
-    emitter = _Emitter(plan, dialect)
-    emitter.outline = True
-    return emitter.source()
+    return _Emitter(plan, dialect, outline=True).source()

@@ -257,8 +257,9 @@ def _cached_build(source: str, name: str, suffix: str, cmd_head: list, libs: lis
     fd, tmp_lib = tempfile.mkstemp(prefix=f".{name}_", suffix=".so", dir=directory)
     os.close(fd)
     start = time.perf_counter()
+    parallel = units is not None and len(units) > 1
     try:
-        if units is not None and len(units) > 1:
+        if parallel:
             _build_units(units, name, suffix, cmd_head, libs, src, tmp_lib, directory)
         else:
             _run_compiler([*cmd_head, "-o", tmp_lib, str(src), *libs], name, src)
@@ -267,8 +268,7 @@ def _cached_build(source: str, name: str, suffix: str, cmd_head: list, libs: lis
         raise
     os.replace(tmp_lib, lib)
     log.info("compiled %s in %.2f s%s -> %s", name, time.perf_counter() - start,
-             f" ({len(units)} units at once)" if units is not None and len(units) > 1 else "",
-             lib)
+             f" ({len(units)} units at once)" if parallel else "", lib)
     return lib
 
 
@@ -277,26 +277,21 @@ def _build_units(units: list, name: str, suffix: str, cmd_head: list, libs: list
     """Compile each source of ``units`` to an object file, all at once, and link them
     into ``out``; ``src`` (the whole source) is what an error names."""
     with tempfile.TemporaryDirectory(prefix=f".{name}_", dir=directory) as work:
-        cmds = []
+        cmds, objects = [], []
         for k, text in enumerate(units):
             path = Path(work, f"unit{k}{suffix}")
             path.write_text(text)
-            cmds.append([*cmd_head, "-c", "-o", str(path.with_suffix(".o")), str(path)])
+            objects.append(str(path.with_suffix(".o")))
+            cmds.append([*cmd_head, "-c", "-o", objects[-1], str(path)])
         try:
             procs = [subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                       text=True, env=_compiler_environment()) for cmd in cmds]
         except OSError as exc:
-            raise CompileError(f"cannot run the compiler {cmd_head[0]!r}: {exc}; set CC to a "
-                               f"C compiler with OpenMP (e.g. CC=gcc)") from None
-        failed = []
-        for cmd, proc in zip(cmds, procs):
-            _, err = proc.communicate()
+            raise _cannot_run(cmd_head[0], exc) from None
+        errors = [(cmd, proc.communicate()[1]) for cmd, proc in zip(cmds, procs)]
+        for (cmd, err), proc in zip(errors, procs):
             if proc.returncode != 0:
-                failed.append((cmd, err))
-        if failed:
-            cmd, err = failed[0]
-            raise _compiler_failed(name, src, cmd, err)
-        objects = [c[-2] for c in cmds]
+                raise _compiler_failed(name, src, cmd, err)
         _run_compiler([*cmd_head, "-o", out, *objects, *libs], name, src)
 
 
@@ -305,10 +300,14 @@ def _run_compiler(cmd: list, name: str, src: Path) -> None:
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, env=_compiler_environment())
     except OSError as exc:
-        raise CompileError(f"cannot run the compiler {cmd[0]!r}: {exc}; set CC to a C "
-                           f"compiler with OpenMP (e.g. CC=gcc)") from None
+        raise _cannot_run(cmd[0], exc) from None
     if proc.returncode != 0:
         raise _compiler_failed(name, src, cmd, proc.stderr)
+
+
+def _cannot_run(compiler: str, exc: OSError) -> CompileError:
+    return CompileError(f"cannot run the compiler {compiler!r}: {exc}; set CC to a C "
+                        f"compiler with OpenMP (e.g. CC=gcc)")
 
 
 def _compiler_failed(name: str, src: Path, cmd: list, stderr: str) -> CompileError:

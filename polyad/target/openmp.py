@@ -425,8 +425,7 @@ class _Planner:
         dtypes = self.sums_along(node, it, targets)
         if dtypes is None:
             return 0
-        if all(st.on_border for u in user_nodes(node.for_get_body())
-               for st, _ in user_statements(u, self.by_name)):
+        if all(self.by_name[n].on_border for n in facts.statements):
             # a border piece's sums run on a face of the domain (a dimension fewer
             # iterations than the interior's): lanes would add code, not speed
             return 0
