@@ -409,3 +409,42 @@ def test_partials_that_cancel_contribute_nothing():
     dx, dy = g(x, y)
     np.testing.assert_allclose(dx, 2 * x, rtol=1e-14)
     np.testing.assert_array_equal(dy, np.zeros(6))
+
+
+@pa.kernel
+def lower_all(z: pa.f64[N]) -> pa.f64:
+    s = 0.0
+    for k in range(N):
+        z[k] -= 1.0
+        s += z[k]
+    return s
+
+
+@pa.kernel
+def branch_calls_a_kernel_that_writes_its_condition(z: pa.f64[N], y: pa.Out(pa.f64[N])) \
+        -> pa.f64:
+    acc = 0.0
+    for i in range(N):
+        if z[i] > 0.5:
+            acc = lower_all(z)
+            y[i] = 1.0
+    return acc
+
+
+def test_a_kernel_called_in_a_branch_counts_as_writing_its_arrays():
+    """``acc = lower_all(z)`` writes ``z``, which the condition reads: the condition is kept
+    too (the called kernel's statements and ``y[i] = 1.0`` test the value at the ``if``)."""
+    k = branch_calls_a_kernel_that_writes_its_condition
+    assert "cond" in k.source.split("z[i] > 0.5 ? 1 : 0;")[0].rsplit("\n", 1)[1]
+    z = np.array([0.8, 1.2, 3.0, 0.1, 2.5])
+    want_z, want_y, want_acc = z.copy(), np.zeros(5), 0.0
+    for i in range(5):
+        if want_z[i] > 0.5:
+            want_z -= 1.0
+            want_acc = want_z.sum()
+            want_y[i] = 1.0
+    got_z = z.copy()
+    got_acc, got_y = k(got_z)
+    np.testing.assert_allclose(got_acc, want_acc, rtol=1e-14)
+    np.testing.assert_array_equal(got_z, want_z)
+    np.testing.assert_array_equal(got_y, want_y)

@@ -865,12 +865,14 @@ def parse_kernel(fn) -> ir.Kernel:
 
 def _written_names(statements: list) -> set:
     """The names the Python statements may write: assignment targets (the array of an
-    element), and the arguments of calls made as statements (a called kernel may write
-    its arrays; a call inside an expression computes a value)."""
+    element), and the arguments of calls made as statements or assigned as a whole
+    (``v = k(x, y)``: a called kernel may write its arrays; a call inside an expression
+    computes a value)."""
     out = set()
     for node in (n for st in statements for n in ast.walk(st)):
         if isinstance(node, ast.Assign):
-            targets = list(node.targets)
+            targets = list(node.targets) + (
+                list(node.value.args) if isinstance(node.value, ast.Call) else [])
         elif isinstance(node, (ast.AugAssign, ast.AnnAssign)):
             targets = [node.target]
         elif isinstance(node, ast.Expr) and isinstance(node.value, ast.Call):
