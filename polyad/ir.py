@@ -445,7 +445,8 @@ class Split:
     cut by the ``kind`` pass (``boundary``: a boundary-mode piece; ``border``: the one
     border piece of a statement whose boundary cases were too many to split one by one,
     its domain a face of the statement's, lower-dimensional; ``gather``: a piece of a
-    scatter rewritten as a gather)."""
+    scatter rewritten as a gather; ``jam``: the copy for one value of a small loop
+    unrolled into the row loop it enclosed, ``schedule.loop_order``)."""
 
     parent: str
     kind: str

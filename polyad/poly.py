@@ -837,7 +837,15 @@ def dependences(model: PolyModel, variables: Optional[set] = None,
     it does under the other (the argument is in ``accumulator_arrays``), which is
     all the loop test asks of an array; both are valid constraints for a
     scheduler (ISL's proximity objective may still pick a different schedule, so
-    ``schedule_kernel`` gives the ISL scheduler value-based ones).
+    ``schedule_kernel`` gives the ISL scheduler value-based ones). The same flag gives
+    memory-based dependences for the temporaries of scalar expansion (role
+    ``expansion``) that the unrolled copies of a loop update (``loop_order.jam_small_loops``:
+    ISL's exact analysis resolves which copy wrote last, and slowly): a superset of the value-based ones, and each temporary holds one
+    element per iteration of the loops it expands, indexed by their variables, so every
+    pair of accesses of one element lies in one such iteration and at one value of each
+    of those loops: no loop that threads or vector lanes run separates a pair under
+    either answer (the conv layer's row sum ``s_rows[b, co, h, v]``, three taps updating
+    it in a row, cost ISL's exact analysis a quarter of a second).
     """
     # A pass asking about a few variables pays only for the statements that touch them.
     variables = None if variables is None else set(variables)
@@ -863,17 +871,14 @@ def dependences(model: PolyModel, variables: Optional[set] = None,
     deps = Dependences(memory_based=frozenset(v for v in memory_based if v in may_by and (
         variables is None or v in variables)))
     space = model.context.get_space()
-    row_buffers = {t.name for t in model.kernel.temps if t.role == "rows"}
+    jammed = {st.target_name for st in model.kernel.statements
+              if any(s.kind == "jam" for s in st.origin)}
+    memory_based_temps = {t.name for t in model.kernel.temps if t.role == "rows" or (
+        memory_based_accumulators and t.role == "expansion" and t.name in jammed)}
     for var in may_by:
         if variables is not None and var not in variables:
             continue
         per_piece = [m.get(var, isl.UnionMap.empty(space)) for m in (r_by, must_by, may_by)]
-        if var in row_buffers:
-            reads_, _, writes = per_piece
-            deps.output[var] = _memory_based_output(writes, tree)
-            deps.flow[var] = _memory_based_pairs(writes, reads_, tree)
-            deps.anti[var] = _memory_based_pairs(reads_, writes, tree)
-            continue
         if var in deps.memory_based:
             writes = per_piece[2]
             deps.same_element[var] = _same_element(writes, writes)
@@ -885,7 +890,13 @@ def dependences(model: PolyModel, variables: Optional[set] = None,
             grouped = [m.apply_domain(to_group).coalesce() for m in per_piece]
             if var in scalars or all(_one_relation_per_statement(m) for m in grouped):
                 accesses, var_tree = grouped, group_tree
-        var_deps = _variable_dependences(*accesses, var_tree, var in flow_only)
+        if var in memory_based_temps:
+            reads_, _, writes = accesses
+            var_deps = (_memory_based_pairs(writes, reads_, var_tree),
+                        _memory_based_output(writes, var_tree),
+                        _memory_based_pairs(reads_, writes, var_tree))
+        else:
+            var_deps = _variable_dependences(*accesses, var_tree, var in flow_only)
         for kind, umap in zip((deps.flow, deps.output, deps.anti), var_deps):
             if umap is None:
                 continue

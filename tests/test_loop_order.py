@@ -9,13 +9,15 @@ with rows long enough for the lane blocks and their remainders, in the
 default and the deterministic mode.
 """
 
+import islpy as isl
 import numpy as np
 import pytest
 
 import polyad as pa
 from polyad import ir
 from polyad.pipeline import Options, compile_kernel
-from polyad.schedule.loop_order import expand_reduction_rows, unit_stride_innermost
+from polyad.schedule.loop_order import (expand_reduction_rows, jam_small_loops,
+                                       unit_stride_innermost)
 from polyad.target.openmp import plan
 from polyad.testing import interpret
 
@@ -89,9 +91,15 @@ def test_conv_gradient_nests_get_the_pixel_row_innermost():
     targets = {st.target.array for st in moved.values()}
     assert targets == {"d_w", "d_x"}, sk.loop_orders
     for st in moved.values():
-        assert st.loops[-1].var == "v"
-        assert [lp.var for lp in st.loops[-3:-1]] == ["kh", "kw"]
+        # v innermost, and the 3 taps of kw unrolled into it (one copy per tap)
+        assert st.loops[-1].var == "v" and st.loops[-2].var == "kh"
+        assert "kw" not in st.loop_vars
         assert "loop v moved innermost" in sk.loop_orders[st.owner]
+        assert ("loop kw unrolled into the loop v (3 copies, kw = 0, 1, 2"
+                in sk.loop_orders[st.owner])
+        copies = [c for c in sk.kernel.statements if c.owner == st.owner]
+        assert sorted(c.origin[-1].index for c in copies) == [0, 1, 2]
+        assert all(c.origin[-1].kind == "jam" for c in copies)
     # the nest that recomputes the forward sum keeps it per point along the row
     (rows,) = [why for why in sk.loop_orders.values() if why.startswith("scalar s kept")]
     assert "s_rows[b, co, h, v]" in rows and "the loop v is innermost" in rows
@@ -114,11 +122,16 @@ def test_filter_gradient_sums_along_the_row_in_lanes(kernel, lanes):
     assert src.count("#pragma omp simd reduction(+:d_w") == 0  # not per row
     assert f"d_w_lanes[{lanes}] = {{0}};" in src
     assert "d_w_lanes[v_lane] += d_s_expanded[" in src
-    # d_x is a plain vector loop over the row
+    # the three taps' sums share one lane loop
+    assert f"d_w_lanes3[{lanes}] = {{0}};" in src and "d_w_lanes4[" not in src
+    # d_x is a plain vector loop over the row, the three taps in one update
     lines = src.splitlines()
-    k = next(k for k, line in enumerate(lines) if line.strip().startswith("d_x[((b * CI + ci)"))
-    assert lines[k - 1].strip().startswith("for (int64_t v = ")
+    k = next(k for k, line in enumerate(lines)
+             if line.strip().startswith("d_x[((b * CI + ci) * H + h) * W + v] +="))
+    assert lines[k - 1].strip() == "for (int64_t v = 1; v < (W - 1); v++) {"
     assert lines[k - 2].strip() == "#pragma omp simd"
+    assert [line.strip()[:1] for line in lines[k + 1:k + 3]] == ["+", "+"]
+    assert lines[k + 2].rstrip().split("  //")[0].endswith(";")
     # deterministic: no reassociating lanes
     assert not any(lp.lane_sums for lp in plan(_scheduled(grad, True), True).loops.values())
 
@@ -238,6 +251,10 @@ def test_per_point_sums_run_along_the_row():
     assert simd.strip() == "#pragma omp simd"
     assert loop.strip().startswith("for (int64_t v = ")  # the row innermost, taps outside
     assert "for (int64_t kh = " in src[:k].rsplit("for (int64_t ci = ", 1)[1]
+    # the 3 taps of kw in one pass over the row: one update of three terms
+    body = src[k:].splitlines()[:3]
+    assert [line.strip()[:1] for line in body[1:]] == ["+", "+"]
+    assert "+ 2] * x[" in body[2] and "(v + 1)]" in body[2]
     rng = np.random.default_rng(14)
     for deterministic in (False, True):
         fn = pa.compile(conv_cost, deterministic=deterministic)
@@ -263,3 +280,96 @@ def test_per_point_sums_stay_when_the_parts_share_data():
     x = np.random.default_rng(15).standard_normal((3, 5))
     _, want = interpret(sum_reads_output.ir, dict(x=x), dict(M=3, N=5))
     np.testing.assert_allclose(sum_reads_output(x), want["y"], rtol=1e-12)
+
+
+@pa.kernel
+def row_taps(x: pa.f64[M, N].zero, f: pa.f64[3], y: pa.Out(pa.f64[M, N])):
+    # zero padding: the taps' domains differ at both ends of the row
+    for m in range(M):
+        for k in range(3):
+            for n in range(N):
+                y[m, n] += f[k] * x[m, n + k - 1]
+
+
+@pa.kernel
+def row_shift_sums(x: pa.f64[M, N], y: pa.Out(pa.f64[M, N + 2])):
+    # y[m, n + k] receives terms from several (k, n): unrolled, they would arrive in
+    # another order
+    for m in range(M):
+        for k in range(3):
+            for n in range(N):
+                y[m, n + k] += x[m, n] * float(k + 1)
+
+
+@pa.kernel
+def row_taps_reading_output(x: pa.f64[M, N], y: pa.Out(pa.f64[M, N])):
+    for m in range(M):
+        for k in range(3):
+            for n in range(1, N):
+                y[m, n] += y[m, n - 1] * 0.5 + x[m, n] * float(k)
+
+
+@pa.kernel
+def row_taps_two_depths(x: pa.f64[M, N], y: pa.Out(pa.f64[M, N]), z: pa.Out(pa.f64[M, 3])):
+    for m in range(M):
+        for k in range(3):
+            z[m, k] += 1.0
+            for n in range(N):
+                y[m, n] += x[m, n] * float(k)
+
+
+def test_small_loops_unrolled_into_the_row_loop():
+    """The taps of a zero-padded row filter run in one pass over the row: ISL peels both
+    ends, the updates of one element merge, and the values are the interpreter's."""
+    k, decisions = jam_small_loops(row_taps.ir)
+    assert [st.loop_vars for st in k.statements] == [("m", "n")] * 3
+    assert "loop k unrolled into the loop n (3 copies, k = 0, 1, 2" in decisions["S0"]
+    assert [st.position for st in k.statements] == [(0, 0, 0), (0, 0, 1), (0, 0, 2)]
+    assert [ir.expr_str(st.expr) for st in k.statements] == [
+        "f[0] * x[m, n - 1]", "f[1] * x[m, n]", "f[2] * x[m, n + 1]"]
+    sk = _scheduled(row_taps)
+    # the pieces that add f[k] * 0.0 are gone before the schedule
+    assert len(sk.kernel.statements) == 3 and not any(
+        "0.0" in ir.expr_str(st.expr) for st in sk.kernel.statements)
+    src = row_taps.source
+    assert src.count("for (int64_t n = ") == 1 and src.count("#pragma omp simd") == 1
+    assert "for (int64_t k = " not in src
+    rng = np.random.default_rng(16)
+    for m, n in [(1, 1), (2, 2), (1, 3), (3, 17), (2, 40)]:
+        x, f = rng.standard_normal((m, n)), rng.standard_normal(3)
+        _, want = interpret(row_taps.ir, dict(x=x, f=f), dict(M=m, N=n))
+        np.testing.assert_allclose(row_taps(x, f), want["y"], rtol=1e-13, atol=1e-13)
+
+
+def test_small_loops_stay_where_unrolling_would_reorder():
+    # the target uses both loops: terms of one element would arrive in another order
+    k, decisions = jam_small_loops(row_shift_sums.ir)
+    assert k is row_shift_sums.ir and decisions == {}
+    # reads what the group writes
+    k, decisions = jam_small_loops(row_taps_reading_output.ir)
+    assert k is row_taps_reading_output.ir and decisions == {}
+    # a statement of the small loop outside the row loop
+    k, decisions = jam_small_loops(row_taps_two_depths.ir)
+    assert k is row_taps_two_depths.ir and decisions == {}
+    rng = np.random.default_rng(17)
+    x = rng.standard_normal((3, 7))
+    _, want = interpret(row_shift_sums.ir, dict(x=x), dict(M=3, N=7))
+    np.testing.assert_allclose(row_shift_sums(x), want["y"], rtol=1e-13, atol=1e-13)
+
+
+def test_row_sums_of_unrolled_taps_get_memory_based_dependences():
+    """The row sum that the unrolled taps update is analysed by memory (no exact kills
+    among the copies); the loops over the row stay vector loops, the batch loop threads."""
+    from polyad.poly import dependences
+    sk = _scheduled(conv_cost)
+    deps = dependences(sk.model, flow_only=frozenset(n for n, _ in sk.kernel.locals),
+                       memory_based_accumulators=True)
+    copies = {st.name for st in sk.kernel.statements if st.target_name == "s_rows"
+              and st.origin and st.origin[-1].kind == "jam"}
+    assert len(copies) == 3
+    pairs = set()
+    deps.output["s_rows"].foreach_map(lambda m: pairs.add(
+        (m.get_tuple_name(isl.dim_type.in_), m.get_tuple_name(isl.dim_type.out))))
+    assert {(a, b) for a in copies for b in copies} <= pairs
+    src = conv_cost.source
+    assert src.count("#pragma omp parallel for") == 1 and "for (int64_t b = 0;" in src

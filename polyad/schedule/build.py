@@ -17,15 +17,15 @@ import islpy as isl
 from .. import ir
 from ..progress import StageClock
 from . import nests
-from .cleanup import (forward_copies, fuse_independent_nests, fuse_zero_initialization,
-                      remove_dead_statements, updates_in_place)
+from .cleanup import (drop_zero_updates, forward_copies, fuse_independent_nests,
+                      fuse_zero_initialization, remove_dead_statements, updates_in_place)
 from .distribute import distribute_after_scatters, expand_and_distribute
 from .fusion import fuse_pipelines
 from .gather import ascending_order_free_nests, scatter_to_gather, small_target
 from .split import split_conflicting_instances
 from .tiling import tile_schedule
 from .locality import has_strided_inner_loop, strided_inner_accesses, unit_stride_bands
-from .loop_order import expand_reduction_rows, unit_stride_innermost
+from .loop_order import expand_reduction_rows, jam_small_loops, unit_stride_innermost
 from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, dependences,
                     isl_name, maps_of, split_boundary_pieces)
 
@@ -426,7 +426,9 @@ def schedule_kernel(kernel: ir.Kernel,
     with clock.stage("dead statements", len(split.statements)):
         split, in_place = updates_in_place(split)
         split, copies = forward_copies(split)
+        split, zero_updates = drop_zero_updates(split)
         split, dead = remove_dead_statements(split, model)
+        dead = zero_updates + dead
     with clock.stage("expansion", len(split.statements)):
         split, expansions = expand_and_distribute(split, model)
         split, splits = distribute_after_scatters(split, model)
@@ -443,6 +445,9 @@ def schedule_kernel(kernel: ir.Kernel,
         split, loop_orders = expand_reduction_rows(split, model)
         split, reordered = unit_stride_innermost(split)
         loop_orders.update(reordered)
+        split, jammed = jam_small_loops(split)
+        for owner, text in jammed.items():
+            loop_orders[owner] = f"{loop_orders[owner]}; {text}" if owner in loop_orders else text
     with clock.stage("index-set splitting", len(split.statements)):
         split, index_splits = split_conflicting_instances(split, model)
     n = len(split.statements)

@@ -20,6 +20,7 @@ from ..ir import Load, Loop
 from ..poly import PolyModel, dependences, model_of
 from .gather import array_conflicts_carried, accessed_names
 from .nests import common_depth, loop_nests
+from .simplify import is_zero, simplify_expr
 
 
 def _flow_edges(deps) -> set[tuple[str, str]]:
@@ -28,6 +29,25 @@ def _flow_edges(deps) -> set[tuple[str, str]]:
         umap.foreach_map(lambda m: edges.add((m.get_tuple_name(isl.dim_type.in_),
                                               m.get_tuple_name(isl.dim_type.out))))
     return edges
+
+
+def drop_zero_updates(kernel: ir.Kernel) -> tuple[ir.Kernel, tuple[str, ...]]:
+    """The kernel without the updates that add a symbolic zero, and their names.
+
+    A zero-padded read outside the array is the literal 0, so the boundary piece of
+    ``s += w[k] * x[v + k - 1]`` that reads it adds ``w[k] * 0.0``, and its adjoint
+    ``d_w[k] += d_s[v] * 0.0``. By ``schedule.simplify``'s symbolic-zero rule such a
+    term is zero, and the emitter drops the update (``x += 0`` changes nothing); removed
+    here, before the schedule, it costs no dependence analysis, and no loop is split
+    where it starts or ends.
+    """
+    funcs = frozenset(f.name for f in kernel.funcs)
+    removed = tuple(st.name for st in kernel.statements if st.op in ("+=", "-=")
+                    and is_zero(simplify_expr(st.expr, funcs)))
+    if not removed:
+        return kernel, ()
+    return dataclasses.replace(kernel, statements=tuple(
+        st for st in kernel.statements if st.name not in removed)), removed
 
 
 def remove_dead_statements(kernel: ir.Kernel, model: Optional[PolyModel] = None) \

@@ -212,6 +212,136 @@ def _apply(kernel: ir.Kernel, new_order: dict) -> ir.Kernel:
     return dataclasses.replace(kernel, statements=tuple(out))
 
 
+# A small loop is unrolled into the row loop below it while the row loop's body then
+# holds at most this many statements: the 3 taps of a filter row, one load and store of
+# the updated element per row point instead of one per tap. (The 9 taps of a 3x3
+# filter, or the 3 taps of a clamped stencil's 2 boundary pieces, run faster still but
+# make ISL separate the outer loops by the taps' domains: 2-3x the compile time.)
+JAM_STATEMENTS = 3
+
+
+def jam_small_loops(kernel: ir.Kernel) -> tuple[ir.Kernel, dict[str, str]]:
+    """Unroll small constant loops into the row loop they enclose: the taps of a filter
+    row in one pass over the row.
+
+    After ``unit_stride_innermost`` a convolution's sums read::
+
+        for ci, kh, kw:  for v:  s_rows[v] += w[ci, kh, kw] * x[ci, h + kh - 1, v + kw - 1]
+
+    one pass over the row per tap, each loading and storing ``s_rows[v]``. When every
+    statement inside one iteration of the small loop (``kw``: constant trip count) sits
+    in the one row loop below it (``v``), the small loop is unrolled into the row loop,
+    one statement per value (``kw`` replaced by the constant), as long as the row
+    loop's body then holds at most ``JAM_STATEMENTS`` statements (pieces included;
+    repeated for the next loop out while that holds)::
+
+        for ci, kh:  for v:  s_rows[v] += w[ci, kh, 0] * x[ci, h + kh - 1, v - 1]
+                             s_rows[v] += w[ci, kh, 1] * x[ci, h + kh - 1, v]
+                             s_rows[v] += w[ci, kh, 2] * x[ci, h + kh - 1, v + 1]
+
+    ISL then peels the row loop where the taps' domains differ (zero-padded borders)
+    and the updates of one element merge into one (``schedule.merge``).
+
+    Legality: the unrolled statements run for each ``v`` in the order of the small
+    loop's values, where they ran for each value of the small loop in the order of
+    ``v``. Every statement of the group adds (``+=``/``-=``) into an array element and
+    none reads an array or scalar the group writes, so only the order of the terms
+    that one element receives could change. Each statement's target uses exactly one
+    of the two loops: two instances writing one element then share the value of that
+    loop and differ in the other, and they arrive in the order of the other loop, as
+    before. The sums are the same bit for bit. Returns the kernel and decisions
+    (owner statement name -> text).
+    """
+    decisions: dict[str, str] = {}
+    while True:
+        group = _jammable_group(kernel)
+        if group is None:
+            return kernel, decisions
+        kernel, text = _jam(kernel, group)
+        for owner in dict.fromkeys(st.owner for st in group):
+            decisions[owner] = f"{decisions[owner]}; {text}" if owner in decisions else text
+
+
+def _jammable_group(kernel: ir.Kernel):
+    """The statements of one iteration of a small loop that can be jammed, or None."""
+    seen = set()
+    for st in kernel.statements:
+        if len(st.loops) < 2:
+            continue
+        k = len(st.loops) - 2
+        key = (st.position[:k + 1], st.loops[:k + 1])
+        if key in seen:
+            continue
+        seen.add(key)
+        small, row = st.loops[k], st.loops[k + 1]
+        trip = _trip(small)
+        if trip is None or trip < 2 or _trip(row) is not None or small.step <= 0 \
+                or _uses(row.lo, {small.var}) or _uses(row.hi, {small.var}):
+            continue
+        group = [s for s in kernel.statements if len(s.loops) > k
+                 and s.loops[:k + 1] == key[1] and s.position[:k + 1] == key[0]]
+        if any(len(s.loops) != k + 2 or s.loops[k + 1] != row for s in group):
+            continue
+        if len(group) * trip > JAM_STATEMENTS or _not_order_free(group):
+            continue
+        if all(_uses_one_of(s.target, small.var, row.var) for s in group):
+            return group
+    return None
+
+
+def _uses_one_of(target: Load, a: str, b: str) -> bool:
+    """Does the index of ``target`` use exactly one of the loop variables ``a``, ``b``?"""
+    return sum(any(_uses(e, {v}) for e in target.index) for v in (a, b)) == 1
+
+
+def _jam(kernel: ir.Kernel, group: list) -> tuple[ir.Kernel, str]:
+    """``kernel`` with the small loop of ``group`` unrolled into its row loop."""
+    k = len(group[0].loops) - 2
+    small, row = group[0].loops[k], group[0].loops[k + 1]
+    values = list(range(small.lo.value, small.hi.value, small.step))
+    order = sorted({(t, s.position[k + 1], s.position[k + 2])
+                    for t in range(len(values)) for s in group})
+    rank = {key: n for n, key in enumerate(order)}
+    names = {s.name for s in kernel.statements}
+    jammed: dict[str, list] = {}
+    for st in group:
+        copies = []
+        for t, value in enumerate(values):
+            const = {small.var: Const(value, ir.i64)}
+
+            def put(e):
+                return ir.fold_integer_constants(ir.substitute(e, const))
+
+            name = f"{st.name}_{small.var}{t}"
+            while name in names:
+                name = "_" + name
+            names.add(name)
+            target = st.target
+            if isinstance(target, Load):
+                target = dataclasses.replace(target, index=tuple(put(e) for e in target.index))
+            copies.append(dataclasses.replace(
+                st.split("jam", t, name), loops=st.loops[:k] + (row,),
+                position=st.position[:k + 1] + (rank[t, st.position[k + 1],
+                                                     st.position[k + 2]],),
+                conditions=tuple(dataclasses.replace(c, expr=put(c.expr))
+                                 for c in st.conditions),
+                guard=None if st.guard is None else put(st.guard),
+                target=target, expr=put(st.expr)))
+        jammed[st.name] = copies
+    copies = sorted((c for cs in jammed.values() for c in cs), key=lambda s: s.position)
+    out = []
+    for st in kernel.statements:
+        if st.name not in jammed:
+            out.append(st)
+        elif copies:  # all of them where the first of the group was
+            out.extend(copies)
+            copies = []
+    text = (f"loop {small.var} unrolled into the loop {row.var} ({len(values)} copies, "
+            f"{small.var} = {', '.join(map(str, values))}: one pass over the row for all "
+            f"of them); order-free: each element keeps the order of its terms")
+    return dataclasses.replace(kernel, statements=tuple(out)), text
+
+
 def expand_reduction_rows(kernel: ir.Kernel, model=None) -> tuple[ir.Kernel, dict[str, str]]:
     """Vectorize a per-point sum over small constant loops along the row it is computed for.
 

@@ -85,7 +85,7 @@ def simplify_run(run: list[ir.Statement], atomic: frozenset = frozenset(),
     out: list[ir.Statement] = []
     for st in run:
         st = _simplified_statement(st, device_funcs)
-        if st.op in ("+=", "-=") and _is_zero(st.expr):
+        if st.op in ("+=", "-=") and is_zero(st.expr):
             continue
         at = _group_position(out, st, atomic)
         out.insert(len(out) if at is None else at, st)
@@ -126,7 +126,8 @@ def _commute(a: ir.Statement, b: ir.Statement) -> bool:
     return (wa != wb and wa not in b.read_names() and wb not in a.read_names())
 
 
-def _is_zero(e: Expr) -> bool:
+def is_zero(e: Expr) -> bool:
+    """Is ``e`` a numeric literal zero?"""
     return isinstance(e, Const) and e.dtype != ir.boolean and e.value == 0
 
 
@@ -182,13 +183,13 @@ def _rewrite(x: Expr, device_funcs: frozenset):
 
 def _rewrite_arith(x: Binary):
     op, a, b, dt = x.op, x.a, x.b, x.dtype
-    if op == "*" and (_is_zero(a) or _is_zero(b)) or op == "/" and _is_zero(a):
+    if op == "*" and (is_zero(a) or is_zero(b)) or op == "/" and is_zero(a):
         return _zero(dt)
-    if op in ("+", "-") and _is_zero(b):
+    if op in ("+", "-") and is_zero(b):
         return _as(a, dt)
-    if op == "+" and _is_zero(a):
+    if op == "+" and is_zero(a):
         return _as(b, dt)
-    if op == "-" and _is_zero(a):
+    if op == "-" and is_zero(a):
         return Unary("neg", _as(b, dt), dt)
     if isinstance(a, Const) and isinstance(b, Const) and a.dtype == b.dtype == dt:
         return _fold(op, a, b, dt)
