@@ -568,7 +568,7 @@ class Param:
         return isinstance(self.type, ArrayType)
 
 
-TEMP_ROLES = ("user", "primal", "tape", "adjoint", "expansion", "copy", "rows")
+TEMP_ROLES = ("user", "primal", "tape", "adjoint", "expansion", "copy", "rows", "sum row")
 
 
 @dataclass(frozen=True)
@@ -580,12 +580,16 @@ class Temp:
     (values reverse mode stores for the adjoint), ``adjoint`` (the adjoint of an array),
     ``expansion`` (a scalar local expanded to an array by loop distribution),
     ``copy`` (old values of array elements that index-set splitting keeps across their
-    update, ``schedule.split``) or ``rows`` (the rolling buffer of a temporary's rows that
-    a fused nest keeps per chunk of its outer loop, ``schedule.fusion``: the generated code
-    declares it, one per thread; callers never pass it, see ``Kernel.caller_temps``).
-    ``holds`` describes its content in DSL terms where the name does not (a tape: the
-    value taped and the statement that reads it). ``chunk`` (``rows`` buffers): the loop
-    variable of the chunk loop whose every iteration has its own copy.
+    update, ``schedule.split``), ``rows`` (the rolling buffer of a temporary's rows that
+    a fused nest keeps per chunk of its outer loop, ``schedule.fusion``) or ``sum row``
+    (the row of per-point sums that one iteration of the loops around a row keeps,
+    ``schedule.loop_order``). The generated code declares ``rows`` and ``sum row``
+    buffers itself, one per thread (``per_thread``); callers never pass them, see
+    ``Kernel.caller_temps``. ``holds`` describes its content in DSL terms where the name
+    does not (a tape: the value taped and the statement that reads it). ``chunk``: for
+    ``rows``, the loop variable of the chunk loop whose every iteration has its own copy;
+    for a ``sum row``, the variables (space-separated) of the loops any one of whose
+    iterations may have its own copy (``chunk_loops``).
     """
 
     name: str
@@ -598,6 +602,16 @@ class Temp:
     def __post_init__(self):
         if self.role not in TEMP_ROLES:
             raise ValueError(f"temporary {self.name!r}: unknown role {self.role!r}")
+
+    @property
+    def per_thread(self) -> bool:
+        """Does the generated code keep a copy per thread (``rows``, ``sum row``)?"""
+        return self.role in ("rows", "sum row")
+
+    @property
+    def chunk_loops(self) -> tuple[str, ...]:
+        """The loop variables whose every iteration may have its own copy."""
+        return tuple(self.chunk.split())
 
 
 # device functions: a tiny structured language over scalars
@@ -657,7 +671,7 @@ class Kernel:
     def caller_temps(self) -> tuple[Temp, ...]:
         """The temporaries the caller allocates and passes (all but the ``rows`` buffers,
         which the generated code declares itself)."""
-        return tuple(t for t in self.temps if t.role != "rows")
+        return tuple(t for t in self.temps if not t.per_thread)
 
     def param(self, name: str) -> Param:
         for p in self.params:

@@ -873,7 +873,7 @@ def dependences(model: PolyModel, variables: Optional[set] = None,
     space = model.context.get_space()
     jammed = {st.target_name for st in model.kernel.statements
               if any(s.kind == "jam" for s in st.origin)}
-    memory_based_temps = {t.name for t in model.kernel.temps if t.role == "rows" or (
+    memory_based_temps = {t.name for t in model.kernel.temps if t.per_thread or (
         memory_based_accumulators and t.role == "expansion" and t.name in jammed)}
     for var in may_by:
         if variables is not None and var not in variables:
@@ -903,7 +903,7 @@ def dependences(model: PolyModel, variables: Optional[set] = None,
             if var_tree is group_tree:
                 to_piece = to_group.reverse()
                 umap = umap.apply_domain(to_piece).apply_range(to_piece)
-            kind[var] = umap.coalesce()
+            kind[var] = umap if var in memory_based_temps else umap.coalesce()
     return deps
 
 

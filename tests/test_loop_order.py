@@ -102,7 +102,7 @@ def test_conv_gradient_nests_get_the_pixel_row_innermost():
         assert all(c.origin[-1].kind == "jam" for c in copies)
     # the nest that recomputes the forward sum keeps it per point along the row
     (rows,) = [why for why in sk.loop_orders.values() if why.startswith("scalar s kept")]
-    assert "s_rows[b, co, h, v]" in rows and "the loop v is innermost" in rows
+    assert "s_rows[v] (one row per thread)" in rows and "the loop v is innermost" in rows
     # each reordered statement has a nest of its own
     assert len({st.position[0] for st in moved.values()}) == 2
     text = pa.explain(grad)
@@ -240,13 +240,26 @@ def blur_1d(x: pa.f64[N].clamped, f: pa.f64[5], y: pa.Out(pa.f64[N])):
 def test_per_point_sums_run_along_the_row():
     """The conv forward and a blur: the scalar sum over the taps lives in a row array,
     the taps loop outside the vector loop over the row; values as the interpreter's."""
-    for kernel in (conv_cost, blur_rows):
+    for kernel, role in ((conv_cost, "sum row"), (blur_rows, "expansion")):
         sk = _scheduled(kernel)
         (why,) = sk.loop_orders.values()
         assert why.startswith("scalar s kept per point in s_rows[")
-        assert any(t.name == "s_rows" and t.role == "expansion" for t in sk.kernel.temps)
+        assert any(t.name == "s_rows" and t.role == role for t in sk.kernel.temps)
+    # the conv layer's sums (one piece each): one row per thread, allocated by the
+    # thread loop over b, reused for every (co, h); the clamped blur's (an interior and
+    # a border piece) stay an array of the whole iteration space
+    sk = _scheduled(conv_cost)
+    (row,) = [t for t in sk.kernel.temps if t.name == "s_rows"]
+    assert ir.expr_str(row.type.shape[0]) == "W" and len(row.type.shape) == 1
+    assert row.chunk_loops == ("b", "co", "h") and row not in sk.kernel.caller_temps
     src = conv_cost.source
-    k = src.index("s_rows[((b * CO + co) * H + h) * W + v] += w[")
+    lines = src.splitlines()
+    b = lines.index("    for (int64_t b = 0; b < B; b++) {")
+    assert lines[b - 1].strip().startswith("#pragma omp parallel for")
+    assert lines[b + 1].strip().startswith("float *restrict s_rows = malloc(") or \
+        lines[b + 1].strip().startswith("double *restrict s_rows = malloc(")
+    assert "free(s_rows);" in [line.strip() for line in lines[b + 2:]]
+    k = src.index("s_rows[v] += w[")
     simd, loop = src[:k].rstrip().splitlines()[-2:]
     assert simd.strip() == "#pragma omp simd"
     assert loop.strip().startswith("for (int64_t v = ")  # the row innermost, taps outside
@@ -373,3 +386,35 @@ def test_row_sums_of_unrolled_taps_get_memory_based_dependences():
     assert {(a, b) for a in copies for b in copies} <= pairs
     src = conv_cost.source
     assert src.count("#pragma omp parallel for") == 1 and "for (int64_t b = 0;" in src
+
+
+T = pa.sizes("T")
+
+
+@pa.kernel
+def decayed_sums(u: pa.f64[T, M, N].zero, f: pa.f64[3], acc: pa.Out(pa.f64[M, N])):
+    # the loop over t carries acc: the threads share the loop over m, whose every
+    # iteration then needs a row of its own
+    for t in range(T):
+        for m in range(M):
+            for n in range(N):
+                s = 0.0
+                for k in range(3):
+                    s += f[k] * u[t, m, n + k - 1]
+                acc[m, n] = acc[m, n] * 0.5 + s
+
+
+def test_sum_row_belongs_to_the_loop_the_threads_share():
+    sk = _scheduled(decayed_sums)
+    (row,) = [t for t in sk.kernel.temps if t.name == "s_rows"]
+    assert row.role == "sum row" and row.chunk_loops == ("t", "m")
+    lines = decayed_sums.source.splitlines()
+    m = next(k for k, line in enumerate(lines) if line.strip().startswith("for (int64_t m = "))
+    # (a team of threads runs the loop over t, and shares out the loop over m)
+    assert lines[m - 1].strip() == "#pragma omp for schedule(static)"
+    assert lines[m + 1].strip().startswith("double *restrict s_rows = malloc(")
+    rng = np.random.default_rng(18)
+    for t, mm, n in [(1, 1, 1), (3, 2, 2), (2, 5, 3), (4, 7, 37)]:
+        u, f = rng.standard_normal((t, mm, n)), rng.standard_normal(3)
+        _, want = interpret(decayed_sums.ir, dict(u=u, f=f), dict(T=t, M=mm, N=n))
+        np.testing.assert_allclose(decayed_sums(u, f), want["acc"], rtol=1e-13, atol=1e-13)

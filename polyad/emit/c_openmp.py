@@ -143,7 +143,7 @@ class _Emitter:
         self.uses_ast_helpers = False
         self.target_override: dict = {}  # target element -> C text (per-lane partial sums)
         self.shift: Optional[tuple] = None  # (iterator, lane): the iterator reads iterator + lane
-        self.rows = {t.name: t for t in self.k.temps if t.role == "rows"}
+        self.rows = {t.name: t for t in self.k.temps if t.per_thread}
         self.rows_in_scope: set = set()  # row buffers a loop around the current line declares
         self.sig = signature(self.k, dialect)
         # loop nests outside every loop printed as functions of their own, when there are

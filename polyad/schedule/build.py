@@ -176,7 +176,7 @@ class _LoopAnalysis:
         self.deps = deps
         self.by_name = {s.name: s for s in sk_kernel.statements}
         self.locals = dict(sk_kernel.locals)
-        self.row_buffers = {t.name: t.chunk for t in sk_kernel.temps if t.role == "rows"}
+        self.row_buffers = {t.name: t.chunk_loops for t in sk_kernel.temps if t.per_thread}
         self.loops: dict[str, LoopFacts] = {}
         self.error: Optional[BaseException] = None
         # (kind, variable) -> [(source statement, sink statement, map)]: a loop's test
@@ -311,6 +311,14 @@ class _LoopAnalysis:
             # (every reader writes the element it reads) and its anti ones are empty: a
             # loop carries one of them iff it carries an output dependence.
             kinds = ("output",) if var in self.deps.memory_based else ("flow", "anti", "output")
+            if var in self.row_buffers and any(self.iterates(stmts, var, chunk, sched, depth)
+                                               for chunk in self.row_buffers[var]):
+                # its chunk loop: every chunk writes each row it reads before reading it
+                # (fusion's proof; a sum row: each iteration of the loops around the row,
+                # loop_order's), so each iteration gets its own buffer and no dependence
+                # of the buffer crosses iterations
+                row_buffers += (var,)
+                continue
             carried = {kind: self.carried(kind, var, stmts, sched, depth)
                        for kind in kinds if (kind, var) in self.pairs}
             written = any(self.by_name[s].target_name == var for s in stmts)
@@ -318,12 +326,8 @@ class _LoopAnalysis:
                 continue
             any_carried = any_carried or any(carried.values())
             if var in self.row_buffers:
-                # its chunk loop: every chunk writes each row it reads before reading it
-                # (fusion's proof), so each iteration gets its own buffer; inside a chunk
-                # the memory-based dependences decide
-                if self.iterates(stmts, var, self.row_buffers[var], sched, depth):
-                    row_buffers += (var,)
-                elif any(carried.values()):
+                # inside a chunk the memory-based dependences decide
+                if any(carried.values()):
                     reasons.append(f"row buffer {var!r} carries rows from one iteration "
                                    f"to the next")
                 continue
@@ -442,7 +446,7 @@ def schedule_kernel(kernel: ir.Kernel,
             split, pipelines = fuse_pipelines(split, model)
         fusions += pipelines
     with clock.stage("loop order", len(split.statements)):
-        split, loop_orders = expand_reduction_rows(split, model)
+        split, loop_orders = expand_reduction_rows(split, model, per_thread=unit_stride)
         split, reordered = unit_stride_innermost(split)
         loop_orders.update(reordered)
         split, jammed = jam_small_loops(split)

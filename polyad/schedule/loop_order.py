@@ -342,7 +342,8 @@ def _jam(kernel: ir.Kernel, group: list) -> tuple[ir.Kernel, str]:
     return dataclasses.replace(kernel, statements=tuple(out)), text
 
 
-def expand_reduction_rows(kernel: ir.Kernel, model=None) -> tuple[ir.Kernel, dict[str, str]]:
+def expand_reduction_rows(kernel: ir.Kernel, model=None, per_thread: bool = False) \
+        -> tuple[ir.Kernel, dict[str, str]]:
     """Vectorize a per-point sum over small constant loops along the row it is computed for.
 
     A convolution computes, for each output point of a row, a scalar sum over its taps::
@@ -368,6 +369,20 @@ def expand_reduction_rows(kernel: ir.Kernel, model=None) -> tuple[ir.Kernel, dic
     inside the nest) and a sum whose innermost loop is small and constant
     (the case where the row is worth it) are rewritten. Returns the kernel and
     decisions (owner statement name -> text).
+
+    ``per_thread`` (targets whose threads run whole loops): the sums live in one row
+    ``s_rows[v]`` (a ``sum row`` temporary) that each thread keeps, reused by every
+    iteration of the shared loops around the row, instead of an array of the
+    whole iteration space that the caller allocates and the kernel streams through
+    memory. Each iteration of those loops assigns every element of the row (the
+    ``s = ...`` before the sum, for each ``v``) before the sum and what follows read
+    it, so any one of those loops may run its iterations on copies of their own; the
+    loop test gives the buffer to the loop that threads run (``schedule.build``), and
+    the row's memory-based dependences keep every other schedule from interleaving
+    two iterations. Only where each statement of the nest is one piece: the
+    memory-based pairs of a row reused across iterations multiply with the boundary
+    pieces (a clamped stencil's), and the loop test over them costs more compile time
+    than the row saves run time.
     """
     from ..poly import dependences, model_of
     from .distribute import _expansion_shape, _private_to_iterations
@@ -395,11 +410,22 @@ def expand_reduction_rows(kernel: ir.Kernel, model=None) -> tuple[ir.Kernel, dic
         name = f"{s}_rows"
         while name in taken:
             name = "_" + name
-        kernel = _apply_rows(kernel, pos, c, s, name, shape, locals_[s], sums)
+        owners = [st.owner for st in nest]
+        if per_thread and len(set(owners)) == len(owners):
+            shape, index_loops = shape[-1:], nest[0].loops[c - 1:c]
+            temp = ir.Temp(name, ir.ArrayType(locals_[s], shape), zero=False, role="sum row",
+                           holds=f"the scalar {s} along one row, per thread",
+                           chunk=" ".join(lp.var for lp in nest[0].loops[:c - 1]))
+        else:
+            index_loops = nest[0].loops[:c]
+            temp = ir.Temp(name, ir.ArrayType(locals_[s], shape), zero=False, role="expansion",
+                           holds=f"the scalar {s} per iteration of the loops around its sum")
+        kernel = _apply_rows(kernel, pos, c, s, temp, index_loops, sums)
         owner = sums[0].owner
-        loops = ", ".join(lp.var for lp in nest[0].loops[:c])
+        loops = ", ".join(lp.var for lp in index_loops)
+        where = " (one row per thread)" if temp.per_thread else ""
         decisions[owner] = (
-            f"scalar {s} kept per point in {name}[{loops}]: the loop over "
+            f"scalar {s} kept per point in {name}[{loops}]{where}: the loop over "
             f"{nest[0].loops[c - 1].var} runs three times (before, the sum, after), and in "
             f"the sum the loop {nest[0].loops[c - 1].var} is innermost (the sum's own loops "
             f"{', '.join(lp.var for lp in sums[0].loops[c:])} outside it); the terms of each "
@@ -450,18 +476,17 @@ def _row_split(nest: list, c: int, result):
     return s, inner
 
 
-def _apply_rows(kernel: ir.Kernel, pos: int, c: int, s: str, name: str, shape: tuple,
-                dtype: ir.DType, sums: list) -> ir.Kernel:
-    index = None
+def _apply_rows(kernel: ir.Kernel, pos: int, c: int, s: str, temp: ir.Temp,
+                index_loops: tuple, sums: list) -> ir.Kernel:
+    """``kernel`` with the scalar ``s`` of nest ``pos`` replaced by ``temp`` indexed by
+    the variables of ``index_loops``, and the nest split into its three parts."""
+    row = Load(temp.name, tuple(LoopVar(lp.var) for lp in index_loops), temp.type.dtype)
     sum_names = {st.name for st in sums}
     out = []
     for st in kernel.statements:
         if not (st.loops and st.position[0] == pos):
             out.append(st)
             continue
-        if index is None:
-            index = tuple(LoopVar(lp.var) for lp in st.loops[:c])
-        row = Load(name, index, dtype)
 
         def fn(x):
             return row if isinstance(x, ScalarRef) and x.name == s else None
@@ -475,6 +500,4 @@ def _apply_rows(kernel: ir.Kernel, pos: int, c: int, s: str, name: str, shape: t
         out.append(dataclasses.replace(
             st, target=target, expr=ir.map_expr(st.expr, fn), loops=loops, position=position,
             guard=None if st.guard is None else ir.map_expr(st.guard, fn)))
-    temp = ir.Temp(name, ir.ArrayType(dtype, shape), zero=False, role="expansion",
-                   holds=f"the scalar {s} per iteration of the loops around its sum")
     return dataclasses.replace(kernel, statements=tuple(out), temps=kernel.temps + (temp,))
