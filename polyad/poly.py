@@ -839,13 +839,15 @@ def dependences(model: PolyModel, variables: Optional[set] = None,
     scheduler (ISL's proximity objective may still pick a different schedule, so
     ``schedule_kernel`` gives the ISL scheduler value-based ones). The same flag gives
     memory-based dependences for the temporaries of scalar expansion (role
-    ``expansion``) that the unrolled copies of a loop update (``loop_order.jam_small_loops``:
-    ISL's exact analysis resolves which copy wrote last, and slowly): a superset of the value-based ones, and each temporary holds one
-    element per iteration of the loops it expands, indexed by their variables, so every
-    pair of accesses of one element lies in one such iteration and at one value of each
-    of those loops: no loop that threads or vector lanes run separates a pair under
-    either answer (the conv layer's row sum ``s_rows[b, co, h, v]``, three taps updating
-    it in a row, cost ISL's exact analysis a quarter of a second).
+    ``expansion``) that the unrolled copies of a loop update
+    (``loop_order.jam_small_loops``; ISL's exact analysis of which copy wrote last is
+    slow): a superset of the value-based ones, and each such temporary holds one element
+    per iteration of the loops it expands, indexed by their variables, so every pair of
+    accesses of one element lies in one such iteration and at one value of each of those
+    loops: no loop that threads or vector lanes run separates a pair under either answer
+    (the CUDA target's conv-layer row sum ``s_rows[b, co, h, v]``, three taps updating it
+    in a row, cost the exact analysis a quarter of a second). Per-thread buffers
+    (``Temp.per_thread``) always get memory-based dependences: their elements are reused.
     """
     # A pass asking about a few variables pays only for the statements that touch them.
     variables = None if variables is None else set(variables)

@@ -25,7 +25,8 @@ from .gather import ascending_order_free_nests, scatter_to_gather, small_target
 from .split import split_conflicting_instances
 from .tiling import tile_schedule
 from .locality import has_strided_inner_loop, strided_inner_accesses, unit_stride_bands
-from .loop_order import expand_reduction_rows, jam_small_loops, unit_stride_innermost
+from .loop_order import (add_decisions, expand_reduction_rows, jam_small_loops,
+                         unit_stride_innermost)
 from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, dependences,
                     isl_name, maps_of, split_boundary_pieces)
 
@@ -448,10 +449,9 @@ def schedule_kernel(kernel: ir.Kernel,
     with clock.stage("loop order", len(split.statements)):
         split, loop_orders = expand_reduction_rows(split, model, per_thread=unit_stride)
         split, reordered = unit_stride_innermost(split)
-        loop_orders.update(reordered)
+        add_decisions(loop_orders, reordered)
         split, jammed = jam_small_loops(split)
-        for owner, text in jammed.items():
-            loop_orders[owner] = f"{loop_orders[owner]}; {text}" if owner in loop_orders else text
+        add_decisions(loop_orders, jammed)
     with clock.stage("index-set splitting", len(split.statements)):
         split, index_splits = split_conflicting_instances(split, model)
     n = len(split.statements)

@@ -42,12 +42,13 @@ def drop_zero_updates(kernel: ir.Kernel) -> tuple[ir.Kernel, tuple[str, ...]]:
     where it starts or ends.
     """
     funcs = frozenset(f.name for f in kernel.funcs)
-    removed = tuple(st.name for st in kernel.statements if st.op in ("+=", "-=")
-                    and is_zero(simplify_expr(st.expr, funcs)))
-    if not removed:
+    zero = [st.op in ("+=", "-=") and is_zero(simplify_expr(st.expr, funcs))
+            for st in kernel.statements]
+    if not any(zero):
         return kernel, ()
-    return dataclasses.replace(kernel, statements=tuple(
-        st for st in kernel.statements if st.name not in removed)), removed
+    return (dataclasses.replace(kernel, statements=tuple(
+        st for st, z in zip(kernel.statements, zero) if not z)),
+        tuple(st.name for st, z in zip(kernel.statements, zero) if z))
 
 
 def remove_dead_statements(kernel: ir.Kernel, model: Optional[PolyModel] = None) \

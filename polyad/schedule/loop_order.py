@@ -233,7 +233,7 @@ def jam_small_loops(kernel: ir.Kernel) -> tuple[ir.Kernel, dict[str, str]]:
     in the one row loop below it (``v``), the small loop is unrolled into the row loop,
     one statement per value (``kw`` replaced by the constant), as long as the row
     loop's body then holds at most ``JAM_STATEMENTS`` statements (pieces included;
-    repeated for the next loop out while that holds)::
+    with a larger cap the next loop out, ``kh``, would follow)::
 
         for ci, kh:  for v:  s_rows[v] += w[ci, kh, 0] * x[ci, h + kh - 1, v - 1]
                              s_rows[v] += w[ci, kh, 1] * x[ci, h + kh - 1, v]
@@ -258,8 +258,14 @@ def jam_small_loops(kernel: ir.Kernel) -> tuple[ir.Kernel, dict[str, str]]:
         if group is None:
             return kernel, decisions
         kernel, text = _jam(kernel, group)
-        for owner in dict.fromkeys(st.owner for st in group):
-            decisions[owner] = f"{decisions[owner]}; {text}" if owner in decisions else text
+        add_decisions(decisions, {st.owner: text for st in group})
+
+
+def add_decisions(decisions: dict[str, str], more: dict[str, str]) -> None:
+    """Add ``more`` (owner statement name -> text) to ``decisions`` in place, after the
+    text an owner already has."""
+    for owner, text in more.items():
+        decisions[owner] = f"{decisions[owner]}; {text}" if owner in decisions else text
 
 
 def _jammable_group(kernel: ir.Kernel):
