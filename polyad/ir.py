@@ -446,7 +446,9 @@ class Split:
     border piece of a statement whose boundary cases were too many to split one by one,
     its domain a face of the statement's, lower-dimensional; ``gather``: a piece of a
     scatter rewritten as a gather; ``jam``: the copy for one value of a small loop
-    unrolled into the row loop it enclosed, ``schedule.loop_order``)."""
+    unrolled into the row loop it enclosed, ``schedule.loop_order``; ``first``: the
+    instances of an update that reach their element first after its zeroing, written as
+    an assignment (index 0), and the rest (index 1), ``schedule.cleanup``)."""
 
     parent: str
     kind: str

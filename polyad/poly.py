@@ -419,7 +419,7 @@ def split_boundary_pieces(kernel: ir.Kernel, model: Optional[PolyModel] = None) 
     ``.zero`` array become the constant 0; writes outside it drop the piece.
     A statement that would split into more than ``MAX_FINE_PIECES`` pieces, all
     of whose modes are clamped, mirror or zero, becomes two instead when the rest of
-    its domain is a face of it (``_lower_dimensional``): its interior (every index
+    its domain is a face of it (``lower_dimensional``): its interior (every index
     inside its array, the same piece as above) and its border (that rest, split
     kind ``border``), whose indices resolve the mode with min/max (``_border_index``)
     and whose ``.zero`` reads are 0 where they leave the array (``_zero_border_read``).
@@ -527,7 +527,7 @@ def _interior_and_border(kernel, model: PolyModel, st: Statement,
             return None  # a write kept on part of the border only: pieces case by case
         else:
             border_choice[ld] = _zero_border_read(ld, dims, at)
-    if not _lower_dimensional(border):
+    if not lower_dimensional(border):
         return None
     pieces = []
     if not interior.is_empty():
@@ -543,7 +543,7 @@ def _interior_and_border(kernel, model: PolyModel, st: Statement,
     return pieces
 
 
-def _lower_dimensional(s: isl.Set) -> bool:
+def lower_dimensional(s: isl.Set) -> bool:
     """Does every part of ``s`` lie in a hyperplane of its space (a face of a loop nest:
     ``S[m = 0, n]``, ``S[m, a, b = 0, n = 0]``), so that it has a dimension fewer?"""
     def pinned(b: isl.BasicSet) -> bool:

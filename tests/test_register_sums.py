@@ -6,6 +6,7 @@ array-section reduction, which gcc 12 sets up and combines on every entry of the
 and vectorizes poorly (2x on the float32 deconvolution gradient, one thread).
 """
 
+import re
 import numpy as np
 import pytest
 
@@ -44,7 +45,8 @@ def test_a_worksharing_loop_in_a_parallel_region_keeps_the_array_section():
     artifact = compile_kernel(pa.grad(deconv32, wrt=["x", "f"]).ir, Options(fuse=True))
     worksharing = [lp for lp in artifact.plan.loops.values() if lp.region == "for"]
     assert worksharing and not any(lp.register_sums for lp in worksharing)
-    assert "#pragma omp for simd schedule(static) reduction(+:d_f[0:5])" in artifact.source
+    assert re.search(r"#pragma omp for (simd )?schedule\(static\) reduction\(\+:d_f\[0:5\]\)",
+                     artifact.source)
     # (test_fusion checks the fused gradient's values against the interpreter)
 
 

@@ -17,8 +17,9 @@ import islpy as isl
 from .. import ir
 from ..progress import StageClock
 from . import nests
-from .cleanup import (drop_zero_updates, forward_copies, fuse_independent_nests,
-                      fuse_zero_initialization, remove_dead_statements, updates_in_place)
+from .cleanup import (assign_first_updates, drop_zero_updates, forward_copies,
+                      fuse_independent_nests, fuse_zero_initialization, remove_dead_statements,
+                      updates_in_place)
 from .distribute import distribute_after_scatters, expand_and_distribute
 from .fusion import fuse_pipelines
 from .gather import ascending_order_free_nests, scatter_to_gather, small_target
@@ -441,6 +442,7 @@ def schedule_kernel(kernel: ir.Kernel,
     with clock.stage("scatter to gather", len(split.statements)):
         split, gather_decisions = scatter_to_gather(split, model.for_kernel(split))
         split, fused = fuse_zero_initialization(split)
+        split, first_updates = assign_first_updates(split, model)
         split, fusions = fuse_independent_nests(split, model)
     if fuse:
         with clock.stage("pipeline fusion", len(split.statements)):
@@ -543,8 +545,8 @@ def schedule_kernel(kernel: ir.Kernel,
             decisions += tiling
     return ScheduledKernel(split, model, deps, chosen.schedule, chosen.ast, chosen.loops,
                            requirements, gather_decisions, origin, dead, expansions, fused,
-                           tuple(_in_place_decisions(in_place) + copies + splits + fusions + index_splits
-                                 + decisions),
+                           tuple(_in_place_decisions(in_place) + copies + splits + first_updates
+                                 + fusions + index_splits + decisions),
                            loop_orders)
 
 

@@ -17,7 +17,8 @@ import islpy as isl
 
 from .. import ir
 from ..ir import Load, Loop
-from ..poly import PolyModel, dependences, model_of
+from ..poly import (PolyModel, approximate, dependences, lower_dimensional, model_of,
+                    param_exprs, set_to_condition)
 from .gather import array_conflicts_carried, accessed_names
 from .nests import common_depth, loop_nests
 from .simplify import is_zero, simplify_expr
@@ -329,3 +330,175 @@ def updates_in_place(kernel: ir.Kernel) -> tuple[ir.Kernel, tuple]:
     if not changed:
         return kernel, ()
     return dataclasses.replace(kernel, statements=tuple(out)), tuple(changed)
+
+
+def assign_first_updates(kernel: ir.Kernel, model: Optional[PolyModel] = None) \
+        -> tuple[ir.Kernel, list[str]]:
+    """Write the updates that reach an element first after its zeroing as ``=``.
+
+    Adjoint arrays are zeroed (a nest ``T[i, j] = 0`` of their own, or a zero-filled
+    temporary) and then summed into. Where ``fuse_zero_initialization`` cannot move the
+    zeroing into the summing nest (the border pieces of a clamped filter's adjoint add
+    into the edge elements from several iterations), the zeroing and the reads of the
+    ``+=`` cost two passes over memory. For each update ``U`` of ``T`` (``+=``/``-=``, no
+    guard, an exact access writing each element once, ``T`` read nowhere else in it),
+    the instances whose element no other access after the zeroing reaches before them
+    become ``T = e`` (``T = -e`` for ``-=``): ``0 + e`` is ``e``. The zeroing skips their
+    elements (a zero-filled temporary gets a zeroing statement of its own for the rest).
+    An update only some of whose instances qualify is split in two pieces (lineage kind
+    ``first``).
+
+    Legality, in program order: an element's zero is read only by its first access after
+    the zeroing (the update, which no longer needs it); every other access of the element
+    comes after that update, which leaves the same value as before; accesses before the
+    zeroing see nothing that changed. Two instances at the same point of the program
+    order (pieces at one position) are not ordered, so neither counts as first. Later
+    passes and the scheduler see the ``=`` (a plain write, with its value-based
+    dependences). Returns the new kernel and decision texts.
+    """
+    model = model_of(kernel, model)
+    params = param_exprs(kernel)
+    replaced: dict[str, list[ir.Statement]] = {}  # statement name -> what replaces it
+    temps = list(kernel.temps)
+    added: list[ir.Statement] = []
+    decisions: list[str] = []
+    schedule = None
+    for array, zeroing in _zeroings(kernel).items():
+        after = [st for st in kernel.statements if st is not zeroing and st.accesses(array)
+                 and (zeroing is None or st.position[0] > zeroing.position[0])]
+        candidates = [st for st in after if _update_candidate(st, array)]
+        if not candidates:
+            continue
+        if schedule is None:
+            schedule = model.schedule_map()
+        firsts = _first_instances(model, schedule, after, candidates, array)
+        if not firsts:
+            continue
+        elements = None
+        for st, first in firsts:
+            reached = model.access_map(st, st.target).intersect_domain(first).range()
+            elements = reached if elements is None else elements.union(reached)
+            replaced[st.name] = _first_pieces(kernel, model, st, first, params)
+        if zeroing is None:  # a zero-filled temporary: zeroed by a statement of its own now
+            t = next(t for t in temps if t.name == array)
+            temps[temps.index(t)] = dataclasses.replace(t, zero=False)
+            zeroing = _zeroing_statement(kernel, t, added)
+            added.append(zeroing)
+        skip = set_to_condition(elements.coalesce(), list(zeroing.loop_vars), params)
+        kept = dataclasses.replace(zeroing, conditions=zeroing.conditions
+                                   + (ir.Condition(skip, positive=False),))
+        if zeroing in added:
+            added[added.index(zeroing)] = kept
+        else:
+            replaced[zeroing.name] = [kept]
+        names = ", ".join(st.name for st, _ in firsts)
+        decisions.append(f"{array}: the updates {names} assign (=) the elements they reach "
+                         f"first after the zeroing of {array}, which skips those elements")
+    if not decisions:
+        return kernel, []
+    # the zeroing statements of temporaries run first, one top-level nest each
+    out = [dataclasses.replace(z, position=(j,) + z.position[1:]) for j, z in enumerate(added)]
+    for st in kernel.statements:
+        for piece in replaced.get(st.name, [st]):
+            out.append(dataclasses.replace(piece, position=(piece.position[0] + len(added),)
+                                           + piece.position[1:]) if added and piece.position
+                       else piece)
+    out.sort(key=lambda s: s.position)
+    return dataclasses.replace(kernel, statements=tuple(out), temps=tuple(temps)), decisions
+
+
+def _zeroings(kernel: ir.Kernel) -> dict:
+    """Array -> the statement that zeroes all of it in a nest of its own, or None for a
+    zero-filled temporary (the caller zeroes it); arrays zeroed more than once left out."""
+    found: dict[str, list] = {}
+    for z in kernel.statements:
+        t = z.target
+        if (isinstance(t, Load) and z.loops and z.op == "=" and z.guard is None
+                and not z.conditions and isinstance(z.expr, ir.Const) and z.expr.value == 0
+                and _covers(z.loops, kernel.array_type(t.array).shape)
+                and _is_identity_over(z, z.loops) and len(t.index) == len(z.loops)
+                and sum(1 for s in kernel.statements if s.position[0] == z.position[0]) == 1):
+            found.setdefault(t.array, []).append(z)
+    out = {name: zs[0] for name, zs in found.items() if len(zs) == 1}
+    for t in kernel.temps:
+        if t.zero and not t.per_thread and t.name not in found:
+            out[t.name] = None
+    return out
+
+
+def _update_candidate(st: ir.Statement, array: str) -> bool:
+    """An update of ``array`` whose first instances may be assignments: no guard, an
+    exact access selected by its loops (a sum into one element, ``d_f[0] += ...``, is a
+    reduction a border piece's single instance should not start), ``array`` not read."""
+    t = st.target
+    return (isinstance(t, Load) and t.array == array and st.op in ("+=", "-=")
+            and st.guard is None and not approximate(t) and not st.reads_variable(array)
+            and any(isinstance(x, ir.LoopVar) for e in t.index for x in ir.walk(e)))
+
+
+def _first_instances(model: PolyModel, schedule: isl.UnionMap, after: list,
+                     candidates: list, array: str) -> list:
+    """(update, the instances of it that reach their element first among ``after``'s
+    accesses to ``array``) for the candidates with some such instance."""
+    accesses = isl.UnionMap.empty(model.context.get_space())
+    domains = isl.UnionSet.empty(model.context.get_space())
+    for st in after:
+        domains = domains.union(model.domain(st).to_union_set())
+        for ld in st.reads() + [st.target]:
+            if isinstance(ld, Load) and ld.array == array:
+                accesses = accesses.union(model.access_map(st, ld).to_union_map())
+    order = schedule.intersect_domain(domains)
+    before = order.lex_lt_union_map(order)
+    out = []
+    for st in candidates:
+        dom = model.domain(st)
+        write = model.access_map(st, st.target)
+        if not write.is_injective():
+            continue  # a sum of many instances per element (a filter's gradient): its
+            # first instances are few, and split off they would cost the sum its loops
+        others = write.to_union_map().apply_range(accesses.reverse()).subtract(
+            isl.Map.identity(write.domain().get_space().map_from_set()).to_union_map())
+        late = others.subtract(before).domain()
+        first = dom.subtract(late.extract_set(dom.get_space())).coalesce()
+        # elements on a face of the array only (an edge column, one element) are left
+        # to the zeroing: their own piece would cost more than the pass it saves
+        if not first.is_empty() and not lower_dimensional(write.intersect_domain(first).range()):
+            out.append((st, first))
+    return out
+
+
+def _first_pieces(kernel: ir.Kernel, model: PolyModel, st: ir.Statement, first: isl.Set,
+                  params: dict) -> list:
+    """``st`` as an assignment on ``first``, and as it was on the rest of its domain."""
+    value = st.expr if st.op == "+=" else ir.Unary("neg", st.expr, st.expr.dtype)
+    if first.is_equal(model.domain(st)):
+        return [dataclasses.replace(st, op="=", expr=value)]
+    cond = set_to_condition(first.gist(model.domain(st)), list(st.loop_vars), params)
+    taken = {s.name for s in kernel.statements}
+    names = []
+    for suffix in ("first", "rest"):
+        name, k = f"{st.name}_{suffix}", 1
+        while name in taken:
+            name, k = f"{st.name}_{suffix}{k}", k + 1
+        names.append(name)
+    return [dataclasses.replace(st.split("first", 0, names[0]), op="=", expr=value,
+                                conditions=st.conditions + (ir.Condition(cond),)),
+            dataclasses.replace(st.split("first", 1, names[1]),
+                                conditions=st.conditions + (ir.Condition(cond, positive=False),))]
+
+
+def _zeroing_statement(kernel: ir.Kernel, temp: ir.Temp, added: list) -> ir.Statement:
+    """``temp[i0, i1, ...] = 0`` over its shape (placed first in the kernel by the caller)."""
+    taken = {s.name for s in kernel.statements} | {s.name for s in added} | {
+        p.name for p in kernel.params} | {t.name for t in kernel.temps}
+    name, k = f"zero_{temp.name}", 1
+    while name in taken:
+        name, k = f"zero_{temp.name}{k}", k + 1
+    at = temp.type
+    loops = tuple(Loop(f"i{d}", ir.Const(0, ir.i64), ext) for d, ext in enumerate(at.shape))
+    return ir.Statement(name=name, loops=loops, position=(0,) * (len(loops) + 1),
+                        conditions=(), guard=None,
+                        target=Load(temp.name, tuple(ir.LoopVar(lp.var) for lp in loops),
+                                    at.dtype),
+                        op="=", expr=ir.Const(0.0, at.dtype), line=kernel.line,
+                        source=f"zero {temp.name}")

@@ -95,11 +95,20 @@ def expand_and_distribute(kernel: ir.Kernel, model: Optional[PolyModel] = None) 
     for pos in sorted(nests, reverse=True):  # later nests first: positions shift behind us
         nest = [st for st in kernel.statements if st.loops and st.position[0] == pos]
         written_scalars = {st.target.name for st in nest if isinstance(st.target, ScalarRef)}
-        scatters = [st for st in nest
-                    if isinstance(st.target, Load) and st.op in ("+=", "-=")
-                    and st.scalar_reads() & written_scalars]
+        updates = [st for st in nest
+                   if isinstance(st.target, Load) and st.op in ("+=", "-=")
+                   and st.scalar_reads() & written_scalars]
+        scatters = [st for st in updates if not _fixed_element(st)]
         if not scatters:
             continue
+        # Sums into one fixed element (a filter gradient's d_f[0] += d_r * t[m - 2, n]) need
+        # no gather: they stay where the scalar and what they multiply it by are at hand
+        # (a moved copy would read both again from memory), unless they touch what a
+        # moved scatter touches (then their order against it would change).
+        scatter_arrays = set().union(*[_arrays(st) for st in scatters])
+        kept = {st.name for st in updates
+                if _fixed_element(st) and not _arrays(st) & scatter_arrays}
+        scatters += [st for st in updates if _fixed_element(st) and st.name not in kept]
         scatter_targets = {st.target.array for st in scatters}
         # Other updates of a scatter target that read nothing the nest writes (an
         # adjoint's d_u[i, j, k] += f(u) beside the scatter d_u[i + a - 1, ...] += d_s * w)
@@ -116,7 +125,8 @@ def expand_and_distribute(kernel: ir.Kernel, model: Optional[PolyModel] = None) 
         why = ""
         if c == 0 or not rest:
             why = "the scatters share no loop with the statements they read from"
-        elif max(st.position[c] for st in rest) >= min(st.position[c] for st in scatters):
+        elif max(st.position[c] for st in rest if st.name not in kept) \
+                >= min(st.position[c] for st in scatters):
             why = "other statements follow the scatters in the loop body"
         elif any(st.target_name in scatter_targets and st.name not in moved for st in nest) or any(
                 t in (ld.array for e in st.exprs() for ld in ir.loads(e))
@@ -145,6 +155,17 @@ def expand_and_distribute(kernel: ir.Kernel, model: Optional[PolyModel] = None) 
             decisions[v] = f"expanded to an array over the {c} shared loop(s); scatters moved " \
                            f"to a nest of their own"
     return kernel, decisions
+
+
+def _fixed_element(st: ir.Statement) -> bool:
+    """An update of one element that no loop variable selects (``d_f[0] += ...``)."""
+    return not any(isinstance(x, LoopVar) for e in st.target.index for x in ir.walk(e))
+
+
+def _arrays(st: ir.Statement) -> set:
+    """The arrays ``st`` reads or writes."""
+    return {x.array for e in st.exprs() for x in ir.walk(e) if isinstance(x, Load)} | (
+        {st.target.array} if isinstance(st.target, Load) else set())
 
 
 def _apply(kernel: ir.Kernel, pos: int, c: int, moved: set, expand: set, shape: tuple,

@@ -61,6 +61,12 @@ def _legal(st: ir.Statement, nest: list) -> str:
     return ""
 
 
+def _only_added_into(array: str, nest: list) -> bool:
+    """Is every access to ``array`` in ``nest`` the target of a ``+=``/``-=``?"""
+    return all((st.target_name != array or st.op in ("+=", "-="))
+               and not st.reads_variable(array) for st in nest)
+
+
 def _ascending(lp: Loop) -> Loop:
     """The same iterations as ``lp``, visited in increasing order."""
     if lp.step > 0:
@@ -135,7 +141,9 @@ def ascending_order_free_nests(kernel: ir.Kernel, model: Optional[PolyModel] = N
     Reverse-mode AD runs adjoint loops backwards. When every statement of a
     nest only adds into a target nothing else in the nest reads (sums), all
     its loops may run forwards; when the nest's shared outer loops carry no
-    dependence (independent iterations), those loops may. Ascending loops give
+    dependence (independent iterations) but the sums' (an array only added into,
+    and read nowhere in the nest: the order of a sum changes its rounding, as a
+    parallel reduction does, not its value), those loops may. Ascending loops give
     unit-stride, vectorizable code.
     """
     nests = loop_nests(kernel)
@@ -155,8 +163,9 @@ def ascending_order_free_nests(kernel: ir.Kernel, model: Optional[PolyModel] = N
             # any conflicting access across iterations (the same as a carried dependence).
             deps = dependences(nest_model, variables=used & locals_,
                                flow_only=frozenset(used & locals_))
+            sums = {st.target_name for st in nest if _only_added_into(st.target_name, nest)}
             if _independent_iterations(nest, c, deps, locals_) and not array_conflicts_carried(
-                    nest_model, nest, c, used - locals_):
+                    nest_model, nest, c, used - locals_ - sums):
                 flip[pos] = c
     if not flip:
         return kernel
