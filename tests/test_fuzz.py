@@ -18,7 +18,9 @@ from tests.fuzz.runner import SELFTEST_CRASH, SELFTEST_HANG, libasan, run_cases
 
 # Seeds 0.. minus the recorded ones (tests/fuzz/known.py says why each is left out).
 CI_SEEDS = [s for s in range(0, 30) if s not in KNOWN]
-ASAN_SEEDS = [s for s in range(16, 19) if s not in KNOWN]
+# 7100: ISL's scheduler fails on it (a C++ exception, fatal with ASan preloaded), so the
+# sanitized workers must take the schedules from the plain workers' pipeline cache
+ASAN_SEEDS = [s for s in range(16, 19) if s not in KNOWN] + [7100]
 # Seeds of later searches that failed and are fixed, each run with every check: 3107 (a
 # branch writing its condition), 3209 (tiling a band of fixed points), 3265 (scatters
 # moved behind writes of what they read), 3354 (partials that cancel).
