@@ -21,7 +21,7 @@ from .cleanup import (assign_first_updates, drop_zero_updates, forward_copies,
                       fuse_independent_nests, fuse_zero_initialization, remove_dead_statements,
                       updates_in_place)
 from .distribute import distribute_after_scatters, expand_and_distribute
-from .fusion import fuse_pipelines
+from .fusion import fuse_along_shared_loops, fuse_pipelines
 from .gather import ascending_order_free_nests, scatter_to_gather, small_target
 from .split import split_conflicting_instances
 from .tiling import tile_schedule
@@ -454,6 +454,9 @@ def schedule_kernel(kernel: ir.Kernel,
         add_decisions(loop_orders, reordered)
         split, jammed = jam_small_loops(split)
         add_decisions(loop_orders, jammed)
+        if unit_stride:
+            split, shared = fuse_along_shared_loops(split, model)
+            fusions += shared
     with clock.stage("index-set splitting", len(split.statements)):
         split, index_splits = split_conflicting_instances(split, model)
     n = len(split.statements)

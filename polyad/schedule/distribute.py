@@ -218,7 +218,7 @@ def _in_loop(kernel: ir.Kernel, st: ir.Statement, depth: int) -> list:
             if len(o.loops) > depth and o.position[:depth + 1] == st.position[:depth + 1]]
 
 
-def _conflicts_across_iterations(model: PolyModel, first: list, second: list, outer: int,
+def conflicts_across_iterations(model: PolyModel, first: list, second: list, outer: int,
                                  c: int) -> bool:
     """True if an access of ``first`` and one of ``second`` to the same element, at least
     one a write, lie in the same iteration of the ``outer`` loops but in different
@@ -308,7 +308,7 @@ def _split_point(kernel: ir.Kernel, st: ir.Statement, depth: int,
     if any(isinstance(o.target, ScalarRef) or o.scalar_reads() for o in body):
         return None  # scalars: expand_and_distribute's business
     c = common_depth(body)
-    if _conflicts_across_iterations(model_of(kernel, model), prefix, suffix, depth, c):
+    if conflicts_across_iterations(model_of(kernel, model), prefix, suffix, depth, c):
         return None
     return prefix, suffix
 

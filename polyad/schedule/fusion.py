@@ -61,7 +61,9 @@ import islpy as isl
 from .. import ir
 from ..ir import Binary, Condition, Const, Load, Loop, LoopVar, ScalarRef
 from ..poly import PolyModel, dependences, isl_name, maps_of, model_of
-from .nests import loop_nests
+from .distribute import conflicts_across_iterations
+from .gather import iterations_independent_but_sums
+from .nests import common_depth, loop_nests
 
 CHUNK_ROWS = 64
 
@@ -393,3 +395,84 @@ def _rewrite(kernel: ir.Kernel, chain: list, temps: list, shift: list, back: lis
             f"steps before its first row; buffered, not "
             f"recomputed per reading row: each buffered row is read by several rows")
     return fused, text
+
+
+def fuse_along_shared_loops(kernel: ir.Kernel, model: Optional[PolyModel] = None) \
+        -> tuple[ir.Kernel, list[str]]:
+    """Run a loop nest inside the outer loops it shares with the nest before it.
+
+    The conv layer's gradient computes ``d_s_expanded[b, co, h, :]`` (a row) in one nest
+    over ``b, co, h`` and sums the filter gradient over it in the next, also over
+    ``b, co, h``: the second reads the row from memory, with the rows of ``x`` the first
+    already read. Fused along the shared loops, the second nest's statements run in the
+    same iteration, after the first's, while the rows are in cache: the hand-written
+    pass a careful engineer writes.
+
+    Two nests at consecutive top-level positions, the second reading a temporary the first
+    writes (kernel arrays are left to the schedule: PolyBench's 2mm keeps its nests,
+    which tiling serves better), whose statements all share the same
+    ``c`` outer loops (ascending, the same variables and bounds), are fused at the
+    deepest ``c`` where no element both nests touch (one of them writing it) is touched
+    in different iterations of those loops (``distribute.conflicts_across_iterations``,
+    memory-based): then every dependence between the two nests stays inside one
+    iteration, where the first's statements still run before the second's, and each
+    nest's own instances keep their order. They share no scalar. Both nests' outermost
+    loop must carry no dependence but sums' (``gather.iterations_independent_but_sums``),
+    so the fused loop is as parallel as each was. For targets whose threads run whole
+    loops (the fused loop's iterations then hold both nests' work for one thread).
+    Returns the kernel and one line per fusion.
+    """
+    decisions = []
+    locals_ = {n for n, _ in kernel.locals}
+    temps = {t.name for t in kernel.temps}
+    while True:
+        nests = loop_nests(kernel)
+        order = sorted(nests)
+        for p, q in zip(order, order[1:]):
+            first, second = nests[p], nests[q]
+            if any(p < st.position[0] < q for st in kernel.statements):
+                continue  # a statement outside loops between them
+            if _scalars(first, locals_) & _scalars(second, locals_):
+                continue
+            if not _written_arrays(first) & temps & {n for st in second for n in st.read_names()}:
+                continue  # it reads no temporary the first writes: no row to find in cache
+            c = min(common_depth(first), common_depth(second))
+            loops = first[0].loops
+            while c and loops[:c] != second[0].loops[:c]:
+                c -= 1
+            if not c or any(lp.step <= 0 for lp in loops[:c]):
+                continue
+            nest_model = model_of(kernel, model)
+            while c and conflicts_across_iterations(nest_model, first, second, 0, c):
+                c -= 1
+            if not c or not all(iterations_independent_but_sums(kernel, model, nest, 1)
+                                for nest in (first, second)):
+                continue
+            kernel = _fused_at(kernel, first, second, c)
+            decisions.append(
+                f"fused the nest of {', '.join(sorted({st.owner for st in second}))} into that "
+                f"of {', '.join(sorted({st.owner for st in first}))} inside the loops "
+                f"{', '.join(lp.var for lp in loops[:c])}: what it reads of the first is "
+                f"written in the same iteration (still in cache)")
+            break
+        else:
+            return kernel, decisions
+
+
+def _scalars(nest: list, locals_: set) -> set:
+    names = set()
+    for st in nest:
+        names |= st.scalar_reads() & locals_
+        if isinstance(st.target, ScalarRef):
+            names.add(st.target.name)
+    return names
+
+
+def _fused_at(kernel: ir.Kernel, first: list, second: list, c: int) -> ir.Kernel:
+    """``second``'s statements moved into ``first``'s ``c`` outer loops, after its body."""
+    offset = max(st.position[c] for st in first) + 1 - min(st.position[c] for st in second)
+    moved = {st.name: dataclasses.replace(
+        st, position=first[0].position[:c] + (st.position[c] + offset,) + st.position[c + 1:])
+        for st in second}
+    return dataclasses.replace(kernel, statements=tuple(sorted(
+        (moved.get(st.name, st) for st in kernel.statements), key=lambda s: s.position)))

@@ -120,9 +120,10 @@ def array_conflicts_carried(model: PolyModel, nest: list, c: int, arrays: set) -
         writes, touches = projected_accesses(model, nest, c, {array})
         if writes is None:
             continue
-        pairs = isl.Map.from_union_map(writes.apply_range(touches.reverse()))
-        if not pairs.is_subset(isl.Map.identity(pairs.get_space())):
-            return True
+        # (one map, or none where no instance runs)
+        for pairs in maps_of(writes.apply_range(touches.reverse())):
+            if not pairs.is_subset(isl.Map.identity(pairs.get_space())):
+                return True
     return False
 
 
@@ -132,6 +133,25 @@ def accessed_names(nest: list) -> set:
     for st in nest:
         names |= st.read_names() | {st.target_name}
     return names
+
+
+def iterations_independent_but_sums(kernel: ir.Kernel, model: Optional[PolyModel], nest: list,
+                                    c: int) -> bool:
+    """Do the ``c`` outer loops of ``nest`` carry no dependence but the sums' (arrays
+    only added into, read nowhere in the nest)?
+
+    Scalars: exact flow (a private temporary's reuse is no obstacle); arrays: any
+    conflicting access across iterations (the same as a carried dependence), but for
+    the buffers each thread keeps its own copy of (``Temp.per_thread``).
+    """
+    locals_ = set(dict(kernel.locals))
+    used = accessed_names(nest)
+    nest_model = model_of(kernel, model)
+    deps = dependences(nest_model, variables=used & locals_, flow_only=frozenset(used & locals_))
+    sums = {st.target_name for st in nest if _only_added_into(st.target_name, nest)}
+    own = {t.name for t in kernel.temps if t.per_thread}
+    return _independent_iterations(nest, c, deps, locals_) and not array_conflicts_carried(
+        nest_model, nest, c, used - locals_ - sums - own)
 
 
 def ascending_order_free_nests(kernel: ir.Kernel, model: Optional[PolyModel] = None) \
@@ -148,7 +168,6 @@ def ascending_order_free_nests(kernel: ir.Kernel, model: Optional[PolyModel] = N
     """
     nests = loop_nests(kernel)
     flip: dict[int, int] = {}  # nest position -> how many outer loops to flip
-    locals_ = set(dict(kernel.locals))
     for pos, nest in nests.items():
         if not any(lp.step < 0 for st in nest for lp in st.loops):
             continue
@@ -156,17 +175,8 @@ def ascending_order_free_nests(kernel: ir.Kernel, model: Optional[PolyModel] = N
             flip[pos] = max(len(st.loops) for st in nest)
             continue
         c = common_depth(nest)
-        if c:
-            used = accessed_names(nest)
-            nest_model = model_of(kernel, model)
-            # Scalars: exact flow (a private temporary's reuse is no obstacle); arrays:
-            # any conflicting access across iterations (the same as a carried dependence).
-            deps = dependences(nest_model, variables=used & locals_,
-                               flow_only=frozenset(used & locals_))
-            sums = {st.target_name for st in nest if _only_added_into(st.target_name, nest)}
-            if _independent_iterations(nest, c, deps, locals_) and not array_conflicts_carried(
-                    nest_model, nest, c, used - locals_ - sums):
-                flip[pos] = c
+        if c and iterations_independent_but_sums(kernel, model, nest, c):
+            flip[pos] = c
     if not flip:
         return kernel
     out = []

@@ -1,0 +1,104 @@
+"""``schedule.fusion.fuse_along_shared_loops``: a nest runs inside the outer loops it
+shares with the nest before it when what it reads of that nest is written in the same
+iteration (the conv layer's filter-gradient sums beside the rows of ``d_s`` they read).
+
+Decisions are asserted on the conv-layer gradient and on small kernels (fused at the
+deepest legal depth, not fused where a dependence crosses iterations or the first
+nest's loop is sequential); values against the reference interpreter.
+"""
+
+import numpy as np
+import pytest
+
+import polyad as pa
+from polyad.pipeline import Options, compile_kernel
+from polyad.testing import interpret
+
+from test_loop_order import conv_cost
+
+M, N = pa.sizes("M N")
+
+
+def _fusions(kernel, target="openmp"):
+    sk = compile_kernel(kernel.ir, Options(target=target)).scheduled
+    return sk, [d for d in sk.schedule_decisions if "inside the loops" in d]
+
+
+@pa.kernel
+def scale_then_diff(x: pa.f64[M, N].clamped, y: pa.Out(pa.f64[M, N])):
+    t = pa.empty(pa.f64[M, N].clamped)
+    for m in range(M):
+        for n in range(N):
+            t[m, n] = 2.0 * x[m, n] + 1.0
+    for m in range(M):
+        for n in range(N):
+            y[m, n] = t[m, n + 1] - t[m, n - 1]
+
+
+@pa.kernel
+def scale_then_vertical(x: pa.f64[M, N].clamped, y: pa.Out(pa.f64[M, N])):
+    t = pa.empty(pa.f64[M, N].clamped)
+    for m in range(M):
+        for n in range(N):
+            t[m, n] = 2.0 * x[m, n] + 1.0
+    for m in range(M):
+        for n in range(N):
+            y[m, n] = t[m + 1, n] - t[m, n]
+
+
+@pa.kernel
+def running_then_scale(x: pa.f64[M, N], y: pa.Out(pa.f64[M, N])):
+    t = pa.zeros(pa.f64[M, N].clamped)
+    for m in range(M):
+        for n in range(N):
+            t[m, n] = x[m, n] + t[m - 1, n]  # row 0 reads its own zero
+    for m in range(M):
+        for n in range(N):
+            y[m, n] = 3.0 * t[m, n]
+
+
+def test_conv_gradient_runs_in_one_nest():
+    sk, fusions = _fusions(pa.grad(conv_cost, wrt=["w", "x"]))
+    assert len(fusions) == 2
+    assert fusions[0].endswith("inside the loops b, co, h: what it reads of the first is "
+                               "written in the same iteration (still in cache)")
+    assert "inside the loops b:" in fusions[1]
+    gradient = [st for st in sk.kernel.statements if st.target_name in ("d_w", "d_x")
+                and not st.source.startswith("zero")]
+    sums = [st for st in sk.kernel.statements if st.target_name == "d_s_expanded"]
+    assert {st.position[0] for st in gradient + sums} == {sums[0].position[0]}
+    # the d_w sums run in the iteration of (b, co, h) that wrote the row of d_s they read
+    d_w = [st for st in gradient if st.target_name == "d_w"]
+    assert all(st.position[:3] == sums[0].position[:3] for st in d_w)
+    # not for CUDA, whose threads run single iterations
+    assert _fusions(pa.grad(conv_cost, wrt=["w", "x"]), "cuda")[1] == []
+
+
+def test_fused_at_the_deepest_legal_depth():
+    _, fusions = _fusions(scale_then_diff)
+    (text,) = fusions
+    assert "inside the loops m:" in text  # n + 1 crosses iterations of n, not of m
+    assert _fusions(scale_then_vertical)[1] == []  # t[m + 1, n]: written an iteration later
+    assert _fusions(running_then_scale)[1] == []  # the first nest's loop over m is sequential
+
+
+@pytest.mark.parametrize("kernel", [scale_then_diff, scale_then_vertical, running_then_scale])
+def test_values_match_the_interpreter(kernel):
+    rng = np.random.default_rng(3)
+    for m, n in [(1, 1), (2, 3), (5, 8), (17, 33)]:
+        x = rng.standard_normal((m, n))
+        _, want = interpret(kernel.ir, dict(x=x), dict(M=m, N=n))
+        np.testing.assert_allclose(kernel(x), want["y"], rtol=1e-14, atol=1e-14)
+
+
+def test_conv_gradient_matches_the_interpreter():
+    grad = pa.grad(conv_cost, wrt=["w", "x"])
+    rng = np.random.default_rng(4)
+    for b, ci, co, h, w in [(1, 1, 1, 1, 1), (2, 2, 3, 3, 37), (3, 1, 2, 4, 5)]:
+        x = rng.standard_normal((b, ci, h, w))
+        wt = rng.standard_normal((co, ci, 3, 3))
+        y = rng.standard_normal((b, co, h, w))
+        _, want = interpret(grad.ir, dict(x=x, w=wt, y=y), dict(B=b, CI=ci, CO=co, H=h, W=w))
+        d_w, d_x = grad(x, wt, y)
+        np.testing.assert_allclose(d_w, want["d_w"], rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(d_x, want["d_x"], rtol=1e-12, atol=1e-12)
