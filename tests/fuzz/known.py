@@ -17,4 +17,6 @@ KNOWN = {
           "nest, then the vjp)",
     3279: "compile time: > 120 s",
     3330: "compile time: > 120 s",
+    # found with --cases 120 --seed 8000
+    8109: "compile time: > 500 s (the same at 19789f1, before this round's passes)",
 }
