@@ -86,6 +86,9 @@ def expand_and_distribute(kernel: ir.Kernel, model: Optional[PolyModel] = None) 
         -> tuple[ir.Kernel, dict[str, str]]:
     """Move ``+=`` scatters that read nest-local scalars into a nest of their own.
 
+    Sums into one fixed element that read those scalars stay (they need no gather),
+    unless they touch an array a moved scatter touches.
+
     Returns the new kernel and decisions (scalar -> what happened to it).
     """
     nests = loop_nests(kernel)
@@ -219,7 +222,7 @@ def _in_loop(kernel: ir.Kernel, st: ir.Statement, depth: int) -> list:
 
 
 def conflicts_across_iterations(model: PolyModel, first: list, second: list, outer: int,
-                                 c: int) -> bool:
+                                c: int) -> bool:
     """True if an access of ``first`` and one of ``second`` to the same element, at least
     one a write, lie in the same iteration of the ``outer`` loops but in different
     iterations of the ``c`` loops all of them share (memory-based, like
