@@ -801,7 +801,7 @@ def _by_variable(umap: isl.UnionMap) -> dict[str, isl.UnionMap]:
     return out
 
 
-def _same_element(sources: isl.UnionMap, sinks: isl.UnionMap) -> isl.UnionMap:
+def same_element(sources: isl.UnionMap, sinks: isl.UnionMap) -> isl.UnionMap:
     """{source instance -> sink instance : they access the same element}."""
     return sources.apply_range(sinks.reverse()).coalesce()
 
@@ -814,7 +814,7 @@ def _in_order(pairs: isl.UnionMap, sched: isl.UnionMap) -> isl.UnionMap:
 def _ordered_pairs(sources: isl.UnionMap, sinks: isl.UnionMap,
                    sched: isl.UnionMap) -> isl.UnionMap:
     """{source instance -> sink instance : same element, source scheduled first}."""
-    return _in_order(_same_element(sources, sinks), sched)
+    return _in_order(same_element(sources, sinks), sched)
 
 
 def dependences(model: PolyModel, variables: Optional[set] = None,
@@ -883,7 +883,7 @@ def dependences(model: PolyModel, variables: Optional[set] = None,
         per_piece = [m.get(var, isl.UnionMap.empty(space)) for m in (r_by, must_by, may_by)]
         if var in deps.memory_based:
             writes = per_piece[2]
-            deps.same_element[var] = _same_element(writes, writes)
+            deps.same_element[var] = same_element(writes, writes)
             deps.readers[var] = per_piece[0].domain()
             deps.order = tree
             continue

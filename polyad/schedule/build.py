@@ -411,7 +411,9 @@ def schedule_kernel(kernel: ir.Kernel,
     thread runs a whole inner loop), kept when it scores as parallel; and
     when the program order walks an array down a column, ISL's schedule as it
     is when as parallel with fewer strided inner accesses
-    (``locality.strided_inner_accesses``).
+    (``locality.strided_inner_accesses``); and a nest reading a temporary the nest
+    before it writes runs inside their shared outer loops
+    (``fusion.fuse_along_shared_loops``).
     ``tile``: tile nests of three or more loops (``tiling.tile_schedule``) when the
     tiled schedule is legal and as parallel: None with the cache model's sizes, a
     tuple of sizes, False not at all.

@@ -18,9 +18,9 @@ import islpy as isl
 from .. import ir
 from ..ir import Load, Loop
 from ..poly import (PolyModel, approximate, dependences, lower_dimensional, model_of,
-                    param_exprs, set_to_condition)
+                    param_exprs, same_element, set_to_condition)
 from .gather import array_conflicts_carried, accessed_names
-from .nests import common_depth, loop_nests
+from .nests import common_depth, fresh_statement_name, loop_nests, selected_by_loops
 from .simplify import is_zero, simplify_expr
 
 
@@ -101,6 +101,16 @@ def _covers(loops, shape) -> bool:
         for lp, ext in zip(loops, shape))
 
 
+def _sets_whole_array(kernel: ir.Kernel, z: ir.Statement) -> bool:
+    """Is ``z`` ``T[i, j, ...] = c`` (a constant) over all of T, alone in its top-level nest?"""
+    t = z.target
+    return (isinstance(t, Load) and bool(z.loops) and z.op == "=" and z.guard is None
+            and not z.conditions and isinstance(z.expr, ir.Const)
+            and _covers(z.loops, kernel.array_type(t.array).shape)
+            and _is_identity_over(z, z.loops) and len(t.index) == len(z.loops)
+            and sum(1 for s in kernel.statements if s.position[0] == z.position[0]) == 1)
+
+
 def fuse_zero_initialization(kernel: ir.Kernel) -> tuple[ir.Kernel, tuple[str, ...]]:
     """Move ``T[i, j] = 0`` loops into the loop nest that then accumulates into T.
 
@@ -114,15 +124,10 @@ def fuse_zero_initialization(kernel: ir.Kernel) -> tuple[ir.Kernel, tuple[str, .
     statements = list(kernel.statements)
     moved = []
     for z in list(statements):
+        if not _sets_whole_array(kernel, z):
+            continue
         t = z.target
-        if not (isinstance(t, Load) and z.loops and z.op == "=" and z.guard is None
-                and not z.conditions and isinstance(z.expr, ir.Const)):
-            continue
         shape = kernel.array_type(t.array).shape
-        if not (_covers(z.loops, shape) and _is_identity_over(z, z.loops)):
-            continue
-        if sum(1 for s in statements if s.position[0] == z.position[0]) != 1:
-            continue
         later = [s for s in statements if s.position[0] > z.position[0] and s.accesses(t.array)]
         if not later:
             continue
@@ -412,13 +417,8 @@ def _zeroings(kernel: ir.Kernel) -> dict:
     zero-filled temporary (the caller zeroes it); arrays zeroed more than once left out."""
     found: dict[str, list] = {}
     for z in kernel.statements:
-        t = z.target
-        if (isinstance(t, Load) and z.loops and z.op == "=" and z.guard is None
-                and not z.conditions and isinstance(z.expr, ir.Const) and z.expr.value == 0
-                and _covers(z.loops, kernel.array_type(t.array).shape)
-                and _is_identity_over(z, z.loops) and len(t.index) == len(z.loops)
-                and sum(1 for s in kernel.statements if s.position[0] == z.position[0]) == 1):
-            found.setdefault(t.array, []).append(z)
+        if _sets_whole_array(kernel, z) and z.expr.value == 0:
+            found.setdefault(z.target.array, []).append(z)
     out = {name: zs[0] for name, zs in found.items() if len(zs) == 1}
     for t in kernel.temps:
         if t.zero and not t.per_thread and t.name not in found:
@@ -433,7 +433,7 @@ def _update_candidate(st: ir.Statement, array: str) -> bool:
     t = st.target
     return (isinstance(t, Load) and t.array == array and st.op in ("+=", "-=")
             and st.guard is None and not approximate(t) and not st.reads_variable(array)
-            and any(isinstance(x, ir.LoopVar) for e in t.index for x in ir.walk(e)))
+            and selected_by_loops(t))
 
 
 def _first_instances(model: PolyModel, schedule: isl.UnionMap, after: list,
@@ -456,7 +456,7 @@ def _first_instances(model: PolyModel, schedule: isl.UnionMap, after: list,
         if not write.is_injective():
             continue  # a sum of many instances per element (a filter's gradient): its
             # first instances are few, and split off they would cost the sum its loops
-        others = write.to_union_map().apply_range(accesses.reverse()).subtract(
+        others = same_element(write.to_union_map(), accesses).subtract(
             isl.Map.identity(write.domain().get_space().map_from_set()).to_union_map())
         late = others.subtract(before).domain()
         first = dom.subtract(late.extract_set(dom.get_space())).coalesce()
@@ -474,13 +474,7 @@ def _first_pieces(kernel: ir.Kernel, model: PolyModel, st: ir.Statement, first: 
     if first.is_equal(model.domain(st)):
         return [dataclasses.replace(st, op="=", expr=value)]
     cond = set_to_condition(first.gist(model.domain(st)), list(st.loop_vars), params)
-    taken = {s.name for s in kernel.statements}
-    names = []
-    for suffix in ("first", "rest"):
-        name, k = f"{st.name}_{suffix}", 1
-        while name in taken:
-            name, k = f"{st.name}_{suffix}{k}", k + 1
-        names.append(name)
+    names = [fresh_statement_name(kernel, f"{st.name}_{suffix}") for suffix in ("first", "rest")]
     return [dataclasses.replace(st.split("first", 0, names[0]), op="=", expr=value,
                                 conditions=st.conditions + (ir.Condition(cond),)),
             dataclasses.replace(st.split("first", 1, names[1]),
@@ -489,11 +483,7 @@ def _first_pieces(kernel: ir.Kernel, model: PolyModel, st: ir.Statement, first: 
 
 def _zeroing_statement(kernel: ir.Kernel, temp: ir.Temp, added: list) -> ir.Statement:
     """``temp[i0, i1, ...] = 0`` over its shape (placed first in the kernel by the caller)."""
-    taken = {s.name for s in kernel.statements} | {s.name for s in added} | {
-        p.name for p in kernel.params} | {t.name for t in kernel.temps}
-    name, k = f"zero_{temp.name}", 1
-    while name in taken:
-        name, k = f"zero_{temp.name}{k}", k + 1
+    name = fresh_statement_name(kernel, f"zero_{temp.name}", frozenset(s.name for s in added))
     at = temp.type
     loops = tuple(Loop(f"i{d}", ir.Const(0, ir.i64), ext) for d, ext in enumerate(at.shape))
     return ir.Statement(name=name, loops=loops, position=(0,) * (len(loops) + 1),

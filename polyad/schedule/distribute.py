@@ -27,7 +27,7 @@ from .. import ir
 from ..ir import Load, LoopVar, ScalarRef
 from ..poly import (Dependences, PolyModel, dependences, maps_of, model_of, projected_accesses,
                     within_outer_iterations)
-from .nests import common_depth, loop_nests
+from .nests import common_depth, loop_nests, selected_by_loops
 
 
 def _private_to_iterations(var: str, names: set, c: int, deps: Dependences) -> bool:
@@ -101,7 +101,7 @@ def expand_and_distribute(kernel: ir.Kernel, model: Optional[PolyModel] = None) 
         updates = [st for st in nest
                    if isinstance(st.target, Load) and st.op in ("+=", "-=")
                    and st.scalar_reads() & written_scalars]
-        scatters = [st for st in updates if not _fixed_element(st)]
+        scatters = [st for st in updates if selected_by_loops(st.target)]
         if not scatters:
             continue
         # Sums into one fixed element (a filter gradient's d_f[0] += d_r * t[m - 2, n]) need
@@ -110,8 +110,9 @@ def expand_and_distribute(kernel: ir.Kernel, model: Optional[PolyModel] = None) 
         # moved scatter touches (then their order against it would change).
         scatter_arrays = set().union(*[_arrays(st) for st in scatters])
         kept = {st.name for st in updates
-                if _fixed_element(st) and not _arrays(st) & scatter_arrays}
-        scatters += [st for st in updates if _fixed_element(st) and st.name not in kept]
+                if not selected_by_loops(st.target) and not _arrays(st) & scatter_arrays}
+        scatters += [st for st in updates
+                     if not selected_by_loops(st.target) and st.name not in kept]
         scatter_targets = {st.target.array for st in scatters}
         # Other updates of a scatter target that read nothing the nest writes (an
         # adjoint's d_u[i, j, k] += f(u) beside the scatter d_u[i + a - 1, ...] += d_s * w)
@@ -160,14 +161,9 @@ def expand_and_distribute(kernel: ir.Kernel, model: Optional[PolyModel] = None) 
     return kernel, decisions
 
 
-def _fixed_element(st: ir.Statement) -> bool:
-    """An update of one element that no loop variable selects (``d_f[0] += ...``)."""
-    return not any(isinstance(x, LoopVar) for e in st.target.index for x in ir.walk(e))
-
-
 def _arrays(st: ir.Statement) -> set:
     """The arrays ``st`` reads or writes."""
-    return {x.array for e in st.exprs() for x in ir.walk(e) if isinstance(x, Load)} | (
+    return {ld.array for ld in st.reads()} | (
         {st.target.array} if isinstance(st.target, Load) else set())
 
 

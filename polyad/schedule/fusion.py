@@ -432,7 +432,7 @@ def fuse_along_shared_loops(kernel: ir.Kernel, model: Optional[PolyModel] = None
             first, second = nests[p], nests[q]
             if any(p < st.position[0] < q for st in kernel.statements):
                 continue  # a statement outside loops between them
-            if _scalars(first, locals_) & _scalars(second, locals_):
+            if _names(first) & _names(second) & locals_:
                 continue
             if not _written_arrays(first) & temps & {n for st in second for n in st.read_names()}:
                 continue  # it reads no temporary the first writes: no row to find in cache
@@ -459,13 +459,8 @@ def fuse_along_shared_loops(kernel: ir.Kernel, model: Optional[PolyModel] = None
             return kernel, decisions
 
 
-def _scalars(nest: list, locals_: set) -> set:
-    names = set()
-    for st in nest:
-        names |= st.scalar_reads() & locals_
-        if isinstance(st.target, ScalarRef):
-            names.add(st.target.name)
-    return names
+def _names(nest: list) -> set:
+    return set().union(*[_used(st) for st in nest])
 
 
 def _fused_at(kernel: ir.Kernel, first: list, second: list, c: int) -> ir.Kernel:

@@ -16,6 +16,23 @@ def loop_nests(kernel: ir.Kernel) -> dict[int, list]:
     return nests
 
 
+def fresh_statement_name(kernel: ir.Kernel, name: str, taken: frozenset = frozenset()) -> str:
+    """``name``, or ``name`` with a number appended, used by no statement, parameter or
+    temporary of ``kernel`` (statements and arrays share ISL's tuple names) nor in
+    ``taken`` (names a pass has handed out but not yet added)."""
+    used = ({s.name for s in kernel.statements} | {p.name for p in kernel.params}
+            | {t.name for t in kernel.temps} | set(taken))
+    out, k = name, 1
+    while out in used:
+        out, k = f"{name}{k}", k + 1
+    return out
+
+
+def selected_by_loops(target: ir.Load) -> bool:
+    """Does a loop variable select the element ``target`` accesses (not ``d_f[0]``)?"""
+    return any(isinstance(x, ir.LoopVar) for e in target.index for x in ir.walk(e))
+
+
 def common_depth(nest: list) -> int:
     """How many outer loops (same loop, same position) all statements of a nest share."""
     c, first = 0, nest[0]

@@ -51,7 +51,7 @@ from .. import ir
 from ..ir import Condition, Load, LoopVar
 from ..poly import PolyModel, isl_name, maps_of, model_of, param_exprs, set_to_condition
 from .distribute import _expansion_shape
-from .nests import loop_nests
+from .nests import fresh_statement_name, loop_nests
 
 
 def split_conflicting_instances(kernel: ir.Kernel, model: Optional[PolyModel] = None) \
@@ -176,7 +176,7 @@ def _split(kernel: ir.Kernel, model: PolyModel, st: ir.Statement):
                                    f"{st.name} updates it in iteration {outer}"))
         source_index = tuple(LoopVar(outer) if v == x else LoopVar(v) for v in target_vars)
         copy = ir.Statement(
-            name=_fresh_statement(kernel, f"{st.name}_copy_{x}"),
+            name=fresh_statement_name(kernel, f"{st.name}_copy_{x}"),
             loops=(st.loops[0],) + tuple(keep),
             position=(st.position[0], slot) + (0,) * len(keep),
             conditions=(), guard=None,
@@ -197,7 +197,7 @@ def _split(kernel: ir.Kernel, model: PolyModel, st: ir.Statement):
     # one statement for the split-off instances keeps their program order (the row and
     # the column of floyd-warshall meet at (k, k): neither may run wholly before the other)
     first = dataclasses.replace(
-        st.split("index set", 0, _fresh_statement(kernel, f"{st.name}_split")),
+        st.split("index set", 0, fresh_statement_name(kernel, f"{st.name}_split")),
         position=(st.position[0], base) + st.position[2:], conditions=(Condition(split_cond),))
     # (3) each read of the rest: from the copy of x where its element is one x == o writes
     # and its source is no write earlier in the iteration
@@ -244,7 +244,7 @@ def _split(kernel: ir.Kernel, model: PolyModel, st: ir.Statement):
                                                   if v != x), ld.dtype)
             return None
         out.append(dataclasses.replace(
-            st.split("index set", index + 1, _fresh_statement(kernel, f"{st.name}_rest{index}")),
+            st.split("index set", index + 1, fresh_statement_name(kernel, f"{st.name}_rest{index}")),
             position=(st.position[0], base + 1) + st.position[2:],
             conditions=conditions, expr=ir.map_expr(st.expr, fn)))
     eqs = ", ".join(f"{x} == {outer}" for x in equal)
@@ -267,14 +267,6 @@ def _union(sets: list) -> isl.Set:
 def _fresh(kernel: ir.Kernel, name: str) -> str:
     taken = {p.name for p in kernel.params} | {t.name for t in kernel.temps} \
         | {n for n, _ in kernel.locals}
-    out, k = name, 1
-    while out in taken:
-        out, k = f"{name}{k}", k + 1
-    return out
-
-
-def _fresh_statement(kernel: ir.Kernel, name: str) -> str:
-    taken = {s.name for s in kernel.statements}
     out, k = name, 1
     while out in taken:
         out, k = f"{name}{k}", k + 1
