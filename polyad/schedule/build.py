@@ -26,7 +26,8 @@ from .gather import ascending_order_free_nests, scatter_to_gather, small_target
 from .split import split_conflicting_instances
 from .tiling import tile_schedule
 from .locality import has_strided_inner_loop, strided_inner_accesses, unit_stride_bands
-from .loop_order import (add_decisions, expand_reduction_rows, jam_small_loops,
+from .loop_order import (add_decisions, expand_reduction_rows, interchange_for_reuse,
+                         jam_small_loops,
                          unit_stride_innermost)
 from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, dependences,
                     isl_name, maps_of, split_boundary_pieces)
@@ -413,7 +414,8 @@ def schedule_kernel(kernel: ir.Kernel,
     is when as parallel with fewer strided inner accesses
     (``locality.strided_inner_accesses``); and a nest reading a temporary the nest
     before it writes runs inside their shared outer loops
-    (``fusion.fuse_along_shared_loops``).
+    (``fusion.fuse_along_shared_loops``), and a loop whose iterations read the same
+    rows runs inside the loop that moves them (``loop_order.interchange_for_reuse``).
     ``tile``: tile nests of three or more loops (``tiling.tile_schedule``) when the
     tiled schedule is legal and as parallel: None with the cache model's sizes, a
     tuple of sizes, False not at all.
@@ -459,6 +461,8 @@ def schedule_kernel(kernel: ir.Kernel,
         if unit_stride:
             split, shared = fuse_along_shared_loops(split, model)
             fusions += shared
+            split, interchanged = interchange_for_reuse(split, model)
+            add_decisions(loop_orders, interchanged)
     with clock.stage("index-set splitting", len(split.statements)):
         split, index_splits = split_conflicting_instances(split, model)
     n = len(split.statements)

@@ -31,6 +31,11 @@ the sizes indexes the last (unit-stride) dimension of the target, or of
 most reads, with coefficient 1 and no other dimension of that access. That
 loop becomes innermost.
 
+Also here: per-point sums kept in a row (``expand_reduction_rows``), small
+tap loops unrolled into the row loop (``jam_small_loops``), and two loops
+interchanged so that rows read by every iteration of one are reused from cache
+(``interchange_for_reuse``).
+
 The decisions (statement name -> text) are kept in
 ``ScheduledKernel.loop_orders`` and shown by ``pa.explain``.
 """
@@ -41,6 +46,7 @@ import dataclasses
 
 from .. import ir
 from ..ir import Binary, Const, Load, LoopVar, ScalarRef, Unary
+from .gather import iterations_independent_but_sums
 from .nests import loop_nests
 
 # Innermost loops with at most this many iterations (whatever the sizes) are not worth
@@ -507,3 +513,122 @@ def _apply_rows(kernel: ir.Kernel, pos: int, c: int, s: str, temp: ir.Temp,
             st, target=target, expr=ir.map_expr(st.expr, fn), loops=loops, position=position,
             guard=None if st.guard is None else ir.map_expr(st.guard, fn)))
     return dataclasses.replace(kernel, statements=tuple(out), temps=kernel.temps + (temp,))
+
+
+def interchange_for_reuse(kernel: ir.Kernel, model=None) -> tuple[ir.Kernel, dict[str, str]]:
+    """Interchange two nested loops so that rows read at every iteration of the outer one
+    are reused from cache by the inner one.
+
+    The conv layer's gradient (after ``fusion.fuse_along_shared_loops``) runs::
+
+        for b:  for co:  for h:  ... x[b, ci, h + kh - 1, v + kw - 1] ...   (rows of x)
+                for ci:  for h:  ... d_s[b, co, h - kh + 1, v - kw + 1] ... (rows of d_s)
+
+    For each ``co`` the first part streams all of ``x[b]`` (several MB) through the
+    cache again, while the rows one ``h`` reads do not depend on ``co``. With ``h``
+    outside ``co`` the rows ``x[b, :, h - 1 .. h + 1, :]`` stay in cache for all the
+    output channels: the loop order a careful engineer writes (``for b, h: for co``).
+
+    When. A loop ``A`` whose body is a single loop ``B`` (every statement below ``A``
+    also runs in ``B``), below a nest's outermost loop (the one threads share out),
+    is moved inside ``B`` when more of the accesses that read or write a row per
+    iteration (their last index uses a loop below ``B`` whose trip count grows with the
+    sizes; a thread's own buffers not counted) do not depend on ``A`` but on ``B``
+    than the other way round.
+
+    Legality. The loops down to ``B`` carry no dependence but the sums'
+    (``gather.iterations_independent_but_sums``: every other element and scalar the
+    statements use is private to one iteration), so any order of those iterations
+    gives the same values; each element a sum adds into is selected by ``A`` or by
+    ``B`` (its index uses one of them), so its terms still arrive in the same order:
+    the results are the same bit for bit. ``B``'s bounds do not use ``A``, and both run
+    ascending. Returns the kernel and decisions (owner statement name -> text).
+    """
+    decisions: dict[str, str] = {}
+    own = {t.name for t in kernel.temps if t.per_thread}
+    changed = True
+    while changed:
+        changed = False
+        for nest in loop_nests(kernel).values():
+            for group, d in _loop_pairs(nest):
+                a, b = group[0].loops[d], group[0].loops[d + 1]
+                gain, rows = _reuse_gain(group, d, own)
+                if gain <= 0 or not _order_of_sums_kept(group, a.var, b.var) \
+                        or not iterations_independent_but_sums(kernel, model, group, d + 2):
+                    continue
+                kernel = _interchanged(kernel, {st.name for st in group}, d)
+                text = (f"loops {a.var} and {b.var} interchanged ({b.var} outside): "
+                        f"{', '.join(rows)} (a row per iteration, the same for every "
+                        f"{a.var}) reused from cache; independent iterations but sums, "
+                        f"each element's terms in their order")
+                add_decisions(decisions, {owner: text for owner in
+                                          dict.fromkeys(st.owner for st in group)})
+                changed = True
+                break
+            if changed:
+                break
+    return kernel, decisions
+
+
+def _loop_pairs(nest: list):
+    """(statements below loop ``A``, depth of ``A``) for each loop ``A`` below the nest's
+    outermost whose body is one loop ``B``, both ascending, ``B``'s bounds free of ``A``."""
+    depth = max(len(st.loops) for st in nest)
+    for d in range(1, depth - 1):
+        nodes: dict = {}
+        for st in nest:
+            if len(st.loops) > d:
+                nodes.setdefault(st.position[:d + 1], []).append(st)
+        for group in nodes.values():
+            a = group[0].loops[d]
+            if any(len(st.loops) <= d + 1 or st.loops[d:d + 2] != group[0].loops[d:d + 2]
+                   or st.position[d + 1] != group[0].position[d + 1] for st in group):
+                continue
+            b = group[0].loops[d + 1]
+            if a.step > 0 and b.step > 0 and not _uses(b.lo, {a.var}) \
+                    and not _uses(b.hi, {a.var}):
+                yield group, d
+
+
+def _reuse_gain(group: list, d: int, own: set) -> tuple[int, list]:
+    """(accesses reused across ``A`` if ``B`` were outside it, minus the other way round;
+    the texts of the first kind), over the accesses that walk a row per iteration."""
+    a, b = group[0].loops[d].var, group[0].loops[d + 1].var
+    gain, rows = 0, []
+    for st in group:
+        below = {lp.var for lp in st.loops[d + 2:] if _trip(lp) is None}
+        accesses = list(dict.fromkeys(st.reads() + ([st.target] if isinstance(st.target, Load)
+                                                    else [])))
+        for ld in accesses:
+            if ld.array in own or not ld.index or not _uses(ld.index[-1], below):
+                continue
+            uses_a, uses_b = (any(_uses(e, {v}) for e in ld.index) for v in (a, b))
+            if uses_b and not uses_a:
+                gain += 1
+                rows.append(ir.expr_str(ld))
+            elif uses_a and not uses_b:
+                gain -= 1
+    return gain, list(dict.fromkeys(rows))
+
+
+def _order_of_sums_kept(group: list, a: str, b: str) -> bool:
+    """Does every sum of the group (a target only added into, read by no statement of the
+    group) add into elements selected by ``a`` or ``b``?"""
+    read = {n for st in group for n in st.read_names() if st.reads_variable(n)}
+    for st in group:
+        if st.op in ("+=", "-=") and st.target_name not in read:
+            if not isinstance(st.target, Load) or \
+                    not any(_uses(e, {a, b}) for e in st.target.index):
+                return False
+    return True
+
+
+def _interchanged(kernel: ir.Kernel, names: set, d: int) -> ir.Kernel:
+    """The statements ``names`` with their loops at depths ``d`` and ``d + 1`` swapped."""
+    out = []
+    for st in kernel.statements:
+        if st.name in names:
+            loops = st.loops[:d] + (st.loops[d + 1], st.loops[d]) + st.loops[d + 2:]
+            st = dataclasses.replace(st, loops=loops)
+        out.append(st)
+    return dataclasses.replace(kernel, statements=tuple(out))
