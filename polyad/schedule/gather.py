@@ -136,9 +136,9 @@ def accessed_names(nest: list) -> set:
 
 
 def iterations_independent_but_sums(kernel: ir.Kernel, model: Optional[PolyModel], nest: list,
-                                    c: int) -> bool:
+                                    c: int, scalar_sums: bool = False) -> bool:
     """Do the ``c`` outer loops of ``nest`` carry no dependence but the sums' (arrays
-    only added into, read nowhere in the nest)?
+    only added into, read nowhere in the nest; with ``scalar_sums``, scalars too)?
 
     Scalars: exact flow (a private temporary's reuse is no obstacle); arrays: any
     conflicting access across iterations (the same as a carried dependence), but for
@@ -147,8 +147,9 @@ def iterations_independent_but_sums(kernel: ir.Kernel, model: Optional[PolyModel
     locals_ = set(dict(kernel.locals))
     used = accessed_names(nest)
     nest_model = model_of(kernel, model)
-    deps = dependences(nest_model, variables=used & locals_, flow_only=frozenset(used & locals_))
     sums = {st.target_name for st in nest if _only_added_into(st.target_name, nest)}
+    scalars = used & locals_ - (sums if scalar_sums else set())
+    deps = dependences(nest_model, variables=scalars, flow_only=frozenset(scalars))
     own = {t.name for t in kernel.temps if t.per_thread}
     return _independent_iterations(nest, c, deps, locals_) and not array_conflicts_carried(
         nest_model, nest, c, used - locals_ - sums - own)

@@ -539,10 +539,14 @@ def interchange_for_reuse(kernel: ir.Kernel, model=None) -> tuple[ir.Kernel, dic
     Legality. The loops down to ``B`` carry no dependence but the sums'
     (``gather.iterations_independent_but_sums``: every other element and scalar the
     statements use is private to one iteration), so any order of those iterations
-    gives the same values; each element a sum adds into is selected by ``A`` or by
-    ``B`` (its index uses one of them), so its terms still arrive in the same order:
-    the results are the same bit for bit. ``B``'s bounds do not use ``A``, and both run
-    ascending. Returns the kernel and decisions (owner statement name -> text).
+    gives the same values up to the order of the sums' terms. Each array element a sum
+    adds into is selected by ``A`` or by ``B`` (its index uses one of them), so its
+    terms still arrive in the same order: the same bits. A scalar sum (the forward
+    conv layer's cost, ``C += r * r`` over every loop) gets its terms in another fixed
+    order: a reduction, as a reduction clause reorders it, and as repeatable
+    (``deterministic=True`` stays bit for bit the same on every run). ``B``'s bounds
+    do not use ``A``, and both run ascending. Returns the kernel and decisions (owner
+    statement name -> text).
     """
     decisions: dict[str, str] = {}
     own = {t.name for t in kernel.temps if t.per_thread}
@@ -554,7 +558,8 @@ def interchange_for_reuse(kernel: ir.Kernel, model=None) -> tuple[ir.Kernel, dic
                 a, b = group[0].loops[d], group[0].loops[d + 1]
                 gain, rows = _reuse_gain(group, d, own)
                 if gain <= 0 or not _order_of_sums_kept(group, a.var, b.var) \
-                        or not iterations_independent_but_sums(kernel, model, group, d + 2):
+                        or not iterations_independent_but_sums(kernel, model, group, d + 2,
+                                                               scalar_sums=True):
                     continue
                 kernel = _interchanged(kernel, {st.name for st in group}, d)
                 text = (f"loops {a.var} and {b.var} interchanged ({b.var} outside): "
@@ -612,12 +617,13 @@ def _reuse_gain(group: list, d: int, own: set) -> tuple[int, list]:
 
 
 def _order_of_sums_kept(group: list, a: str, b: str) -> bool:
-    """Does every sum of the group (a target only added into, read by no statement of the
-    group) add into elements selected by ``a`` or ``b``?"""
+    """Does every array sum of the group (a target only added into, read by no statement
+    of the group) add into elements selected by ``a`` or ``b``? (A scalar sum, a cost
+    over the whole nest, is a reduction: threads already split it.)"""
     read = {n for st in group for n in st.read_names() if st.reads_variable(n)}
     for st in group:
         if st.op in ("+=", "-=") and st.target_name not in read:
-            if not isinstance(st.target, Load) or \
+            if isinstance(st.target, Load) and \
                     not any(_uses(e, {a, b}) for e in st.target.index):
                 return False
     return True
