@@ -570,7 +570,8 @@ class Param:
         return isinstance(self.type, ArrayType)
 
 
-TEMP_ROLES = ("user", "primal", "tape", "adjoint", "expansion", "copy", "rows", "sum row")
+TEMP_ROLES = ("user", "primal", "tape", "adjoint", "expansion", "copy", "rows", "sum row",
+              "row")
 
 
 @dataclass(frozen=True)
@@ -585,13 +586,15 @@ class Temp:
     update, ``schedule.split``), ``rows`` (the rolling buffer of a temporary's rows that
     a fused nest keeps per chunk of its outer loop, ``schedule.fusion``) or ``sum row``
     (the row of per-point sums that one iteration of the loops around a row keeps,
-    ``schedule.loop_order``). The generated code declares ``rows`` and ``sum row``
-    buffers itself, one per thread (``per_thread``); callers never pass them, see
+    ``schedule.loop_order``) or ``row`` (a temporary that one iteration of its nest's outer
+    loops writes and reads only its own row of, shrunk to that row,
+    ``schedule.fusion.rows_per_iteration``). The generated code declares ``rows``,
+    ``sum row`` and ``row`` buffers itself, one per thread (``per_thread``); callers never pass them, see
     ``Kernel.caller_temps``. ``holds`` describes its content in DSL terms where the name
     does not (a tape: the value taped and the statement that reads it). ``chunk``: for
     ``rows``, the loop variable of the chunk loop whose every iteration has its own copy;
-    for a ``sum row``, the variables (space-separated) of the loops any one of whose
-    iterations may have its own copy (``chunk_loops``).
+    for a ``sum row`` or a ``row``, the variables (space-separated) of the loops any one
+    of whose iterations may have its own copy (``chunk_loops``).
     """
 
     name: str
@@ -608,7 +611,7 @@ class Temp:
     @property
     def per_thread(self) -> bool:
         """Does the generated code keep a copy per thread (``rows``, ``sum row``)?"""
-        return self.role in ("rows", "sum row")
+        return self.role in ("rows", "sum row", "row")
 
     @property
     def chunk_loops(self) -> tuple[str, ...]:

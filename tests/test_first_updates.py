@@ -44,22 +44,32 @@ def test_deconvolution_gradient_assigns_its_interiors():
     grad = pa.grad(deconvolution("f64"), wrt=("x", "f"))
     sk = _scheduled(grad)
     decisions = [d for d in sk.schedule_decisions if "first after the zeroing" in d]
-    assert [d.split(":")[0] for d in decisions] == ["d_x", "d_t"]
-    # d_t is zeroed by a statement of its own now (rows the border pieces add to first)
-    (d_t,) = [t for t in sk.kernel.temps if t.name == "d_t"]
-    assert not d_t.zero
-    # the zeroings are left with the edges of the arrays (where border pieces add first)
-    for name in ("d_t", "d_x"):
-        (zero,) = [st for st in sk.kernel.statements if st.source == f"zero {name}"]
-        assert zero.conditions and not zero.conditions[-1].positive
-        dom = sk.model.domain(zero)
-        inner = isl.Set.read_from_str(dom.get_ctx(), f"[M, N] -> {{ {zero.name}[i0, i1] : "
-                                      "3 <= i0 < M - 3 and 3 <= i1 < N - 3 }")
-        assert dom.intersect(inner).is_empty()
+    assert [d.split(":")[0] for d in decisions] == ["d_t"]
+    # d_t is zeroed by a statement of its own now (rows the border pieces add to first),
+    # left with the edge rows, in the iteration of the row it zeroes (the border pieces'
+    # sums gather, one piece per value of m), and d_t is one row per thread
+    assert not [t for t in sk.kernel.temps if t.name == "d_t"]
+    (d_t,) = [t for t in sk.kernel.temps if t.name == "d_t_row"]
+    assert d_t.per_thread and not d_t.zero and [ir.expr_str(e) for e in d_t.type.shape] == ["N"]
+    (zero,) = [st for st in sk.kernel.statements if st.source == "zero d_t"]
+    assert zero.conditions and not zero.conditions[-1].positive
+    dom = sk.model.domain(zero)
+    inner = isl.Set.read_from_str(dom.get_ctx(), f"[M, N] -> {{ {zero.name}[m, i1] : "
+                                  "3 <= m < M - 3 }")
+    assert dom.intersect(inner).is_empty()
+    # every write of a row of d_x (its border columns gather too, one piece per value of
+    # n) and of d_t runs in that row's iteration: the zeroings moved into the nest
+    for name in ("d_x", "d_t_row"):
+        writes = [st for st in sk.kernel.statements if st.target_name == name]
+        assert len({st.position[0] for st in writes}) == 1
+        assert all(st.loops[0].var == "m" for st in writes)
+    (zero,) = [st for st in sk.kernel.statements if st.source == "zero d_x"]
+    assert not zero.conditions
     src = grad.source
-    assert "d_t[m * N + n] = d_r_expanded[(m + 2) * N + n] * f[0]" in src
-    assert "d_x[m * N + n] = d_t[m * N + (n + 2)] * f[0]" in src
-    assert "d_t[m * N + n] +=" not in src and "d_x[m * N + n] +=" not in src
+    assert "d_t_row[n] = d_r_expanded[(m + 2) * N + n] * f[0]" in src
+    assert "d_x[m * N + n] = d_t_row[n + 2] * f[0]" in src
+    # (the edge rows of d_t are zeroed and summed into in their iterations, in cache)
+    assert "d_x[m * N + n] +=" not in src
 
 
 @pytest.mark.parametrize("deterministic", [False, True])
@@ -83,9 +93,9 @@ def test_filter_sums_stay_with_the_residual():
     sums = [st for st in sk.kernel.statements if st.target_name == "d_f"
             and (st.reads_variable("d_r") or st.reads_variable("d_r_expanded"))]
     assert sums and {st.position[0] for st in sums} <= nests
-    scatters = [st for st in sk.kernel.statements if st.target_name == "d_t"
+    scatters = [st for st in sk.kernel.statements if st.target_name == "d_t_row"
                 and st.source != "zero d_t"]
-    assert not {st.position[0] for st in scatters} & nests
+    assert scatters and not {st.position[0] for st in scatters} & nests
     assert all(lp.step > 0 for st in residual + sums for lp in st.loops)
 
 

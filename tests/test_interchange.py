@@ -129,7 +129,8 @@ def test_conv_gradient_matches_the_interpreter(deterministic):
     grad = pa.grad(conv_cost, wrt=["w", "x"])
     f = pa.compile(grad, deterministic=deterministic)
     rng = np.random.default_rng(6)
-    for b, ci, co, h, w in [(1, 1, 1, 1, 1), (2, 3, 2, 5, 19), (1, 2, 3, 2, 4)]:
+    for b, ci, co, h, w in [(1, 1, 1, 1, 1), (2, 3, 2, 5, 19), (1, 2, 3, 2, 4), (2, 2, 3, 3, 37),
+                            (3, 1, 2, 4, 5)]:
         x = rng.standard_normal((b, ci, h, w))
         wt = rng.standard_normal((co, ci, 3, 3))
         y = rng.standard_normal((b, co, h, w))

@@ -241,14 +241,16 @@ def blur_1d(x: pa.f64[N].clamped, f: pa.f64[5], y: pa.Out(pa.f64[N])):
 def test_per_point_sums_run_along_the_row():
     """The conv forward and a blur: the scalar sum over the taps lives in a row array,
     the taps loop outside the vector loop over the row; values as the interpreter's."""
-    for kernel, role in ((conv_cost, "sum row"), (blur_rows, "expansion")):
+    for kernel, name, role in ((conv_cost, "s_rows", "sum row"),
+                               (blur_rows, "s_rows_row", "row")):
         sk = _scheduled(kernel)
         (why,) = [w for w in sk.loop_orders.values() if "scalar s kept" in w]
         assert why.startswith("scalar s kept per point in s_rows[")
-        assert any(t.name == "s_rows" and t.role == role for t in sk.kernel.temps)
+        assert any(t.name == name and t.role == role for t in sk.kernel.temps)
     # the conv layer's sums (one piece each): one row per thread, allocated by the
     # thread loop over b, reused for every (co, h); the clamped blur's (an interior and
-    # a border piece) stay an array of the whole iteration space
+    # a border piece) an array of the whole iteration space, which each iteration of m
+    # writes and reads one row of: kept as that row per thread (fusion.rows_per_iteration)
     sk = _scheduled(conv_cost)
     (row,) = [t for t in sk.kernel.temps if t.name == "s_rows"]
     assert ir.expr_str(row.type.shape[0]) == "W" and len(row.type.shape) == 1

@@ -4,7 +4,8 @@ iteration (the conv layer's filter-gradient sums beside the rows of ``d_s`` they
 
 Decisions are asserted on the conv-layer gradient and on small kernels (fused at the
 deepest legal depth, not fused where a dependence crosses iterations or the first
-nest's loop is sequential); values against the reference interpreter.
+nest's loop is sequential); values against the reference interpreter (the conv
+gradient's in ``test_interchange``).
 """
 
 import numpy as np
@@ -89,16 +90,3 @@ def test_values_match_the_interpreter(kernel):
         x = rng.standard_normal((m, n))
         _, want = interpret(kernel.ir, dict(x=x), dict(M=m, N=n))
         np.testing.assert_allclose(kernel(x), want["y"], rtol=1e-14, atol=1e-14)
-
-
-def test_conv_gradient_matches_the_interpreter():
-    grad = pa.grad(conv_cost, wrt=["w", "x"])
-    rng = np.random.default_rng(4)
-    for b, ci, co, h, w in [(1, 1, 1, 1, 1), (2, 2, 3, 3, 37), (3, 1, 2, 4, 5)]:
-        x = rng.standard_normal((b, ci, h, w))
-        wt = rng.standard_normal((co, ci, 3, 3))
-        y = rng.standard_normal((b, co, h, w))
-        _, want = interpret(grad.ir, dict(x=x, w=wt, y=y), dict(B=b, CI=ci, CO=co, H=h, W=w))
-        d_w, d_x = grad(x, wt, y)
-        np.testing.assert_allclose(d_w, want["d_w"], rtol=1e-12, atol=1e-12)
-        np.testing.assert_allclose(d_x, want["d_x"], rtol=1e-12, atol=1e-12)

@@ -21,7 +21,7 @@ from .cleanup import (assign_first_updates, drop_zero_updates, forward_copies,
                       fuse_independent_nests, fuse_zero_initialization, remove_dead_statements,
                       updates_in_place)
 from .distribute import distribute_after_scatters, expand_and_distribute
-from .fusion import fuse_along_shared_loops, fuse_pipelines
+from .fusion import fuse_along_shared_loops, fuse_pipelines, rows_per_iteration
 from .gather import ascending_order_free_nests, scatter_to_gather, small_target
 from .split import split_conflicting_instances
 from .tiling import tile_schedule
@@ -415,7 +415,9 @@ def schedule_kernel(kernel: ir.Kernel,
     (``locality.strided_inner_accesses``); and a nest reading a temporary the nest
     before it writes runs inside their shared outer loops
     (``fusion.fuse_along_shared_loops``), and a loop whose iterations read the same
-    rows runs inside the loop that moves them (``loop_order.interchange_for_reuse``).
+    rows runs inside the loop that moves them (``loop_order.interchange_for_reuse``),
+    and a temporary each iteration of a nest writes and reads one row of is kept as that
+    row, one per thread (``fusion.rows_per_iteration``).
     ``tile``: tile nests of three or more loops (``tiling.tile_schedule``) when the
     tiled schedule is legal and as parallel: None with the cache model's sizes, a
     tuple of sizes, False not at all.
@@ -447,6 +449,9 @@ def schedule_kernel(kernel: ir.Kernel,
         split, gather_decisions = scatter_to_gather(split, model.for_kernel(split))
         split, fused = fuse_zero_initialization(split)
         split, first_updates = assign_first_updates(split, model)
+        # (what assign_first_updates leaves of a zeroing may move row by row)
+        split, fused_rows = fuse_zero_initialization(split)
+        fused += fused_rows
         split, fusions = fuse_independent_nests(split, model)
     if fuse:
         with clock.stage("pipeline fusion", len(split.statements)):
@@ -463,6 +468,8 @@ def schedule_kernel(kernel: ir.Kernel,
             fusions += shared
             split, interchanged = interchange_for_reuse(split, model)
             add_decisions(loop_orders, interchanged)
+            split, rows = rows_per_iteration(split)
+            fusions += rows
     with clock.stage("index-set splitting", len(split.statements)):
         split, index_splits = split_conflicting_instances(split, model)
     n = len(split.statements)

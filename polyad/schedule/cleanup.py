@@ -20,7 +20,8 @@ from ..ir import Load, Loop
 from ..poly import (PolyModel, approximate, dependences, lower_dimensional, model_of,
                     param_exprs, same_element, set_to_condition)
 from .gather import array_conflicts_carried, accessed_names
-from .nests import common_depth, fresh_statement_name, loop_nests, selected_by_loops
+from .nests import (common_depth, fresh_statement_name, loop_nests, rows_selected_by_loops,
+                    selected_by_loops)
 from .simplify import is_zero, simplify_expr
 
 
@@ -103,9 +104,15 @@ def _covers(loops, shape) -> bool:
 
 def _sets_whole_array(kernel: ir.Kernel, z: ir.Statement) -> bool:
     """Is ``z`` ``T[i, j, ...] = c`` (a constant) over all of T, alone in its top-level nest?"""
+    return not z.conditions and _sets_array(kernel, z)
+
+
+def _sets_array(kernel: ir.Kernel, z: ir.Statement) -> bool:
+    """Is ``z`` ``T[i, j, ...] = c`` (a constant) over T's shape, where its affine
+    conditions hold, alone in its top-level nest?"""
     t = z.target
     return (isinstance(t, Load) and bool(z.loops) and z.op == "=" and z.guard is None
-            and not z.conditions and isinstance(z.expr, ir.Const)
+            and isinstance(z.expr, ir.Const)
             and _covers(z.loops, kernel.array_type(t.array).shape)
             and _is_identity_over(z, z.loops) and len(t.index) == len(z.loops)
             and sum(1 for s in kernel.statements if s.position[0] == z.position[0]) == 1)
@@ -119,12 +126,21 @@ def fuse_zero_initialization(kernel: ir.Kernel) -> tuple[ir.Kernel, tuple[str, .
     of its outer loops (every access is ``T[i, j] += ...`` on those loops),
     zeroing the element at the start of that iteration is the same, and saves
     a pass over memory: the compiler turns "store 0, add, add" into one store.
+
+    The same holds row by row: when every access to T in the nest (a write of any kind
+    or a read) is to a row ``T[m, :]`` (all dimensions but the last) selected by the
+    nest's outer loops, zeroing that row (what the zeroing sets of it, its conditions
+    kept) at the start of iteration ``m`` comes before all of them, and nothing between
+    the zeroing and the nest touches T. A zeroing left with the edge rows by
+    ``assign_first_updates`` moves so (the deconvolution gradient's ``d_t``), and the
+    temporary is then written and read only inside that nest
+    (``fusion.rows_per_iteration``).
     Returns the new kernel and the names of the moved statements.
     """
     statements = list(kernel.statements)
     moved = []
     for z in list(statements):
-        if not _sets_whole_array(kernel, z):
+        if not _sets_array(kernel, z):
             continue
         t = z.target
         shape = kernel.array_type(t.array).shape
@@ -136,19 +152,26 @@ def fuse_zero_initialization(kernel: ir.Kernel) -> tuple[ir.Kernel, tuple[str, .
         users = [s for s in nest if s.accesses(t.array)]
         d = len(shape)
         head = nest[0]
-        if common_depth(nest) < d:
-            continue
-        if not _covers(head.loops[:d], shape):
-            continue
-        if not all(s.op in ("+=", "-=") and _is_identity_over(s, head.loops[:d])
-                   and len(s.target.index) == d
-                   and not s.reads_variable(t.array) for s in users):
-            continue
-        first = min(s.position[d] for s in nest)
-        index = tuple(ir.LoopVar(lp.var) for lp in head.loops[:d])
-        new_z = dataclasses.replace(z, loops=head.loops[:d],
-                                    position=head.position[:d] + (first - 1,),
-                                    target=Load(t.array, index, t.dtype))
+        if (not z.conditions and common_depth(nest) >= d and _covers(head.loops[:d], shape)
+                and all(s.op in ("+=", "-=") and _is_identity_over(s, head.loops[:d])
+                        and len(s.target.index) == d
+                        and not s.reads_variable(t.array) for s in users)):
+            c = d
+        else:
+            # one row per iteration (a zeroing of several dimensions in an outer loop would
+            # cut the nest's shared loops, which the loop-order passes need, for no reuse)
+            c = d - 1
+            if not (c and common_depth(nest) >= c and _covers(head.loops[:c], shape[:c])
+                    and rows_selected_by_loops(nest, t.array, c)):
+                continue
+        first = min(s.position[c] for s in nest)
+        rename = {lp.var: ir.LoopVar(new.var) for lp, new in zip(z.loops, head.loops[:c])}
+        loops = head.loops[:c] + z.loops[c:]
+        new_z = dataclasses.replace(
+            z, loops=loops, position=head.position[:c] + (first - 1,) + (0,) * (d - c),
+            target=Load(t.array, tuple(ir.LoopVar(lp.var) for lp in loops), t.dtype),
+            conditions=tuple(dataclasses.replace(cd, expr=ir.substitute(cd.expr, rename))
+                             for cd in z.conditions))
         statements[statements.index(z)] = new_z
         moved.append(z.name)
     if not moved:

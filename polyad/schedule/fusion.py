@@ -63,7 +63,7 @@ from ..ir import Binary, Condition, Const, Load, Loop, LoopVar, ScalarRef
 from ..poly import PolyModel, dependences, isl_name, maps_of, model_of
 from .distribute import conflicts_across_iterations
 from .gather import iterations_independent_but_sums
-from .nests import common_depth, loop_nests
+from .nests import common_depth, fresh_statement_name, loop_nests, rows_selected_by_loops
 
 CHUNK_ROWS = 64
 
@@ -250,9 +250,9 @@ def fuse_pipelines(kernel: ir.Kernel, model: Optional[PolyModel] = None) \
                 continue
             done.add(q)
             members, why = _chain(kernel, nests, order, q)
+            if why:  # (where the chain stops, whether or not it has a producer)
+                decisions.append(f"not fused: {why}")
             if len(members) < 2:
-                if why:
-                    decisions.append(f"not fused: {why}")
                 continue
             fused, text = _fuse(kernel, model, [nests[p] for p in members])
             if fused is None:
@@ -388,12 +388,15 @@ def _rewrite(kernel: ir.Kernel, chain: list, temps: list, shift: list, back: lis
     fused = dataclasses.replace(kernel, statements=statements, temps=tuple(new_temps))
     producers = "; ".join(f"{_owners(n)} {shift[j]} row{'s' * (shift[j] != 1)} ahead"
                           for j, n in enumerate(chain[:-1]))
-    kept = ", ".join(f"{v} kept as {heights[v]} rows per thread ({rows_name[v]})" for v in temps)
+    kept = ", ".join(f"{v} kept as {heights[v]} row{'s' * (heights[v] != 1)} per thread "
+                     f"({rows_name[v]})" for v in temps)
+    why = ("buffered, not recomputed per reading row: each buffered row is read by several "
+           "rows" if any(heights[v] > 1 for v in temps) else "each row is read in the step "
+           "that writes it")
     text = (f"fused the nests of {', '.join(_owners(n) for n in chain[:-1])} into the nest of "
             f"{_owners(consumer)} at depth 1 (loop {m}; {producers}): {kept}; the loop over {m} "
             f"runs in chunks of {CHUNK_ROWS} rows, each recomputing the {lead_in} producer "
-            f"steps before its first row; buffered, not "
-            f"recomputed per reading row: each buffered row is read by several rows")
+            f"steps before its first row; {why}")
     return fused, text
 
 
@@ -471,3 +474,62 @@ def _fused_at(kernel: ir.Kernel, first: list, second: list, c: int) -> ir.Kernel
         for st in second}
     return dataclasses.replace(kernel, statements=tuple(sorted(
         (moved.get(st.name, st) for st in kernel.statements), key=lambda s: s.position)))
+
+
+def rows_per_iteration(kernel: ir.Kernel) -> tuple[ir.Kernel, list[str]]:
+    """Keep a temporary that each iteration of a nest's outer loops writes and reads only
+    one row of as that row, one per thread.
+
+    Once the deconvolution gradient's ``d_t`` pass and ``d_x`` pass share the loop over
+    rows (``fuse_along_shared_loops``, with ``d_t``'s border rows gathered and zeroed in
+    their iterations), iteration ``m`` writes row ``m`` of ``d_t`` and reads it back at
+    once: the full image ``d_t`` is written to memory and read into cache for nothing.
+    A temporary (not zero-filled: its contents before the nest are never read) every
+    access of which lies in one nest and indexes all its dimensions but the last by the
+    nest's outer loops becomes ``T_row[n]`` (a ``row`` temporary, one per thread; not a
+    slab of several dimensions, which would not stay in cache): different iterations
+    touch different rows, so
+    no value passes from one iteration to another through ``T``, and nothing outside
+    the nest reads it. The loop test (``schedule.build``) gives each thread its own row
+    where a thread runs whole iterations of those loops; elsewhere the row's
+    memory-based dependences keep the iterations apart, as for a ``sum row``. For
+    targets whose threads run whole loops. Returns the kernel and one line per
+    temporary.
+    """
+    decisions = []
+    nests = loop_nests(kernel)
+    for t in kernel.temps:
+        if t.per_thread or t.zero or t.type.ndim < 2:
+            continue
+        users = [st for st in kernel.statements if st.accesses(t.name)]
+        if not users or len({st.position[0] for st in users}) != 1 or not users[0].loops:
+            continue
+        nest = nests[users[0].position[0]]
+        c = t.type.ndim - 1  # one row: a slab of rows per thread would not stay in cache
+        if common_depth(nest) < c or not rows_selected_by_loops(users, t.name, c):
+            continue
+        outer = nest[0].loops[:c]
+        name = fresh_statement_name(kernel, f"{t.name}_row")
+        row = ir.Temp(name, ir.ArrayType(t.type.dtype, t.type.shape[c:]), zero=False,
+                      role="row", holds=f"the row of {t.name} one iteration of "
+                      f"{', '.join(lp.var for lp in outer)} writes and reads, per thread",
+                      chunk=" ".join(lp.var for lp in outer))
+
+        def to_row(e, array=t.name, row=row, c=c):
+            if isinstance(e, Load) and e.array == array:
+                return Load(row.name, e.index[c:], e.dtype)
+            return None
+
+        statements = []
+        for st in kernel.statements:
+            if st in users:
+                st = dataclasses.replace(
+                    st, target=ir.map_expr(st.target, to_row), expr=ir.map_expr(st.expr, to_row),
+                    guard=None if st.guard is None else ir.map_expr(st.guard, to_row))
+            statements.append(st)
+        temps = tuple(row if x is t else x for x in kernel.temps)
+        kernel = dataclasses.replace(kernel, statements=tuple(statements), temps=temps)
+        decisions.append(f"{t.name} kept as one row per thread ({name}): each iteration of "
+                         f"{', '.join(lp.var for lp in outer)} writes and reads only its own "
+                         f"row of it")
+    return kernel, decisions

@@ -7,7 +7,9 @@ injective, ISL inverts it and the statement becomes a gather over the
 target's domain, ``d_g[m, n] += e(m, n + 1)`` (one piece per piece of the
 inverse, so boundary pieces stay separate): every iteration writes only its
 own element, and the loop is parallel without atomics (PerforAD / Halide's
-transformation).
+transformation). A clamped border's piece that adds into one edge element from
+a few iterations of a loop (``d_t[0, n] += ...`` for m in {0, 1}) is cut into
+one piece per value of that loop first, each injective.
 
 The rewrite changes the order in which the statement's instances run, so it
 is only applied when that cannot change a result: inside the statement's
@@ -34,7 +36,7 @@ from ..ir import Condition, Load, Loop, LoopVar
 from ..poly import (PolyModel, aff_to_expr, approximate, dependences, inverse_pieces, maps_of,
                     model_of, param_exprs, projected_accesses, set_to_condition,
                     within_outer_iterations)
-from .nests import common_depth, loop_nests
+from .nests import common_depth, fresh_statement_name, loop_nests
 
 
 def _is_identity_write(st: ir.Statement) -> bool:
@@ -292,41 +294,124 @@ def scatter_to_gather(kernel: ir.Kernel, model: PolyModel) -> tuple[ir.Kernel, d
                 # piece's faces) AST generation splits the loops for every combination
                 after_nest.add(st.name)
                 why += " (it runs in a nest of its own after this one)"
+        parts, unrolled = [], ""
         if not why:
             found = _invert(st, at, model, outer)
-            if found is None:
+            if found is not None:
+                parts = [(st, found)]
+            else:
+                parts, unrolled = _one_piece_per_value(kernel, st, at, model, outer)
+            if not parts:
                 why = f"several iterations write the same element of {t.array!r}"
                 if st.on_border and not outer:
                     after_nest.add(st.name)
                     why += " (a border piece: it runs in a nest of its own after this one)"
-        if found is None:
+        if not parts:
             decisions[st.name] = "scatter: " + why
             out.append(st)
             continue
-        free, pieces = found
-        kept = tuple(range(outer)) + free
-        names = _target_dim_names(st, outer, free)
-        loops = st.loops[:outer]
-        loops += tuple(Loop(v, ir.Const(0, ir.i64), ext, 1) for v, ext in zip(names, at.shape))
-        loops += tuple(st.loops[k] for k in free)
-        new_target = Load(t.array, tuple(LoopVar(v) for v in names), t.dtype)
-        all_names = names + [st.loops[k].var for k in kept]
-        for k, (piece_set, affs) in enumerate(pieces):
-            values = {lp.var: aff_to_expr(a, all_names, params)
-                      for lp, a in zip(st.loops, affs)}
-            cond = set_to_condition(piece_set, all_names, params)
-            piece = st if len(pieces) == 1 else st.split("gather", k, f"{st.name}_g{k}")
-            out.append(dataclasses.replace(
-                piece, loops=loops,
-                conditions=(Condition(cond),), target=new_target,
-                expr=ir.fold_integer_constants(ir.substitute(st.expr, values)),
-                guard=None if st.guard is None else ir.substitute(st.guard, values)))
+        for part, (free, pieces) in parts:
+            out += _gather_pieces(part, at, outer, free, pieces, params)
         decisions[st.name] = "gather" if not outer else (
             f"gather inside loop{'s' if outer > 1 else ''} "
             f"{', '.join(lp.var for lp in st.loops[:outer])} (each iteration gathers what it "
             f"scattered: the statement's instances are reordered only within one)")
+        decisions[st.name] += unrolled
     return (dataclasses.replace(kernel, statements=tuple(_after_their_nests(out, after_nest))),
             decisions)
+
+
+def _gather_pieces(st: ir.Statement, at: ir.ArrayType, outer: int, free: tuple, pieces: list,
+                   params: dict) -> list:
+    """The gather form of ``st`` (loops over its target's elements, then the ``free``
+    loops), one statement per piece of the inverse of its write access."""
+    t = st.target
+    kept = tuple(range(outer)) + free
+    names = _target_dim_names(st, outer, free)
+    loops = st.loops[:outer]
+    loops += tuple(Loop(v, ir.Const(0, ir.i64), ext, 1) for v, ext in zip(names, at.shape))
+    loops += tuple(st.loops[k] for k in free)
+    new_target = Load(t.array, tuple(LoopVar(v) for v in names), t.dtype)
+    all_names = names + [st.loops[k].var for k in kept]
+    out = []
+    for k, (piece_set, affs) in enumerate(pieces):
+        values = {lp.var: aff_to_expr(a, all_names, params)
+                  for lp, a in zip(st.loops, affs)}
+        cond = set_to_condition(piece_set, all_names, params)
+        piece = st if len(pieces) == 1 else st.split("gather", k, f"{st.name}_g{k}")
+        out.append(dataclasses.replace(
+            piece, loops=loops,
+            conditions=(Condition(cond),), target=new_target,
+            expr=ir.fold_integer_constants(ir.substitute(st.expr, values)),
+            guard=None if st.guard is None else ir.substitute(st.guard, values)))
+    return out
+
+
+# At most this many values of one loop are split into pieces of their own (below).
+MAX_VALUES_SPLIT = 4
+
+
+def _few_values(dom: isl.Set, k: int):
+    """(an end value of dimension ``k`` of ``dom`` as an ``isl.Aff`` of the sizes, +1 if it
+    is the lowest, -1 if the highest, how many values) where that dimension takes at
+    most ``MAX_VALUES_SPLIT`` values for any sizes (``M - 2 <= m <= M - 1``), else None."""
+    n = dom.dim(isl.dim_type.set)
+    values = dom.project_out(isl.dim_type.set, k + 1, n - k - 1).project_out(
+        isl.dim_type.set, 0, k)
+    low, high = values.dim_min(0), values.dim_max(0)
+    width = high.sub(low).max_val()
+    if not width.is_int() or not 0 < width.to_python() < MAX_VALUES_SPLIT:
+        return None
+    for end, direction in ((low, 1), (high, -1)):
+        if end.n_piece() == 1:
+            affs = []
+            end.foreach_piece(lambda _, aff: affs.append(aff))
+            return affs[0], direction, width.to_python() + 1
+    return None
+
+
+def _one_piece_per_value(kernel: ir.Kernel, st: ir.Statement, at: ir.ArrayType,
+                         model: PolyModel, outer: int) -> tuple[list, str]:
+    """([(piece, inverse)], how) for a scatter that writes one element from several
+    iterations only through a loop that takes a few values, else ([], "").
+
+    A clamped filter's border piece ``d_t[0, n] += d_r[m, n] * f[0]`` for m in {0, 1}
+    adds into row 0 from two iterations of ``m``; left a scatter, it runs in a nest of
+    its own after the gathered interior (``_after_their_nests``), so row 0 is complete
+    only after the whole nest. With one piece per value of ``m`` (``m == 0`` and
+    ``m == 1``; ``m == M - 1`` and ``m == M - 2`` at the other edge), each an injective
+    write, every piece gathers into the element it writes: the element's whole sum then
+    runs in the iteration of that element, as the interior's does. The instances are
+    the same, reordered; legal under the same test as any gather (``_legal``), which
+    the caller has made.
+    """
+    dom = model.domain(st)
+    params = param_exprs(kernel)
+    for k in range(outer, len(st.loops)):
+        few = _few_values(dom, k)
+        if few is None:
+            continue
+        end, direction, count = few
+        end_expr = aff_to_expr(end, [], params)
+        var = st.loops[k].var
+        parts, taken, shown = [], set(), []
+        for i in range(count):
+            value = ir.fold_integer_constants(ir.Binary(
+                "+", end_expr, ir.Const(direction * i, ir.i64), ir.i64))
+            shown.append(ir.expr_str(value))
+            name = fresh_statement_name(kernel, f"{st.name}_{var}{i}", frozenset(taken))
+            taken.add(name)
+            piece = dataclasses.replace(
+                st.split("gather", i, name),
+                conditions=st.conditions + (Condition(ir.Binary(
+                    "==", LoopVar(var), value, ir.boolean)),))
+            found = _invert(piece, at, model, outer)
+            if found is None:
+                break
+            parts.append((piece, found))
+        else:
+            return parts, f" (one piece per value of {var}: {', '.join(shown)})"
+    return [], ""
 
 
 def _after_their_nests(statements: list, moved: set) -> list:

@@ -33,6 +33,17 @@ def selected_by_loops(target: ir.Load) -> bool:
     return any(isinstance(x, ir.LoopVar) for e in target.index for x in ir.walk(e))
 
 
+def rows_selected_by_loops(statements: list, array: str, c: int) -> bool:
+    """Does every access to ``array`` in ``statements`` (all inside the same ``c`` outer
+    loops) index its first ``c`` dimensions by those loops (``T[m, ...]`` in iteration
+    ``m``)?"""
+    outer = statements[0].loops[:c]
+    return all(len(ld.index) >= c and all(isinstance(e, ir.LoopVar) and e.name == lp.var
+                                          for e, lp in zip(ld.index, outer))
+               for st in statements for ld in st.reads() + [st.target]
+               if isinstance(ld, ir.Load) and ld.array == array)
+
+
 def common_depth(nest: list) -> int:
     """How many outer loops (same loop, same position) all statements of a nest share."""
     c, first = 0, nest[0]
