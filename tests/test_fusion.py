@@ -65,33 +65,30 @@ def test_deconvolution_gradient_keeps_blur_rows_per_thread():
     g = pa.grad(deconv_cost, wrt=["x", "f"])
     sk, decisions = _decisions(g)
     fused = [d for d in decisions if d.startswith("fused the nests")]
-    assert len(fused) == 2, sk.schedule_decisions
-    # the d_t pass (its border rows gathered in their own steps, zeroed there) into the
-    # d_x pass, which reads only the row of d_t its step writes
-    assert fused[0].startswith("fused the nests of zero_d_t, S7, S9, S11, S13, S15 into the "
-                               "nest of S0, S16, ")
-    assert "0 rows ahead): d_t kept as 1 row per thread (d_t_rows)" in fused[0]
-    assert fused[0].endswith("each row is read in the step that writes it")
-    text = fused[1]
-    # the residual's nest (S4-S14) adds the d_f sums it reads where it computes them
-    # (schedule.distribute): no producer for the d_t nest, whose rows it would recompute
-    assert "not fused: the nest of S4, S5, S6, S8, S10, S12, S14 is no producer: it writes " \
-           "'d_f', a kernel parameter" in decisions
-    assert text.startswith("fused the nests of S2 into the nest of S4, S5, S6")
-    assert "at depth 1" in text and "S2 2 rows ahead" in text
-    assert "t kept as 5 rows per thread (t_rows)" in text
+    assert len(fused) == 1 and len(decisions) == 1, sk.schedule_decisions
+    (text,) = fused
+    # the whole gradient in one loop over rows: the blur (S2), the residual with its d_f
+    # sums (S4-S14: each chunk adds them for its own rows only), the d_t pass (its border
+    # rows gathered in their own steps, zeroed there) and the d_x pass, which reads only
+    # the row of d_t its step writes -- the hand-written line-buffered gradient
+    assert text.startswith("fused the nests of S2, S4, S5, S6, S8, S10, S12, S14, zero_d_t, "
+                           "S7, S9, S11, S13, S15 into the nest of S0, S16, ")
+    assert ("at depth 1 (loop m; S2 4 rows ahead; S4, S5, S6, S8, S10, S12, S14 2 rows "
+            "ahead; zero_d_t, S7, S9, S11, S13, S15 0 rows ahead)") in text
+    assert ("d_r_expanded kept as 5 rows per thread (d_r_expanded_rows), d_t kept as 1 row "
+            "per thread (d_t_rows), t kept as 5 rows per thread (t_rows)") in text
     rows = {t.name: [str(e) for e in t.type.shape] for t in sk.kernel.temps if t.role == "rows"}
-    assert set(rows) == {"t_rows", "d_t_rows"}
+    assert set(rows) == {"t_rows", "d_t_rows", "d_r_expanded_rows"}
     assert sk.kernel.array_type("t_rows").shape[0] == pa.ir.Const(5, pa.ir.i64)
     assert sk.kernel.array_type("d_t_rows").shape[0] == pa.ir.Const(1, pa.ir.i64)
-    # the caller passes d_r_expanded (a later nest reads it); t and d_t are the kernel's own
-    assert [t.name for t in sk.kernel.caller_temps] == ["d_r_expanded"]
+    # no full-size temporary is left for the caller to pass
+    assert sk.kernel.caller_temps == ()
     source = pa.compile(g, fuse=True).source
     assert "double *restrict t, " not in source and "malloc(" in source
     # some chunk loop runs its chunks on threads, each with its own buffers
     chunk_loops = [lp for lp in sk.loops.values() if lp.row_buffers]
     assert chunk_loops and all(lp.parallel for lp in chunk_loops)
-    assert "fused the nests of S2 into" in pa.explain(g, fuse=True)
+    assert "fused the nests of S2, S4, " in pa.explain(g, fuse=True)
     assert "fused the nests" not in pa.explain(g)  # off by default
 
 

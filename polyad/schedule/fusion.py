@@ -30,7 +30,10 @@ step 1 over the same range, where each producer ``Pj``
 
 - writes only temporaries that no statement outside the later members reads or
   writes (not a kernel output, not zero-filled: the producer assigns every element
-  the consumers read) and scalars no statement outside ``Pj`` uses;
+  the consumers read) and scalars no statement outside ``Pj`` uses, and sums into
+  kernel arrays that no member reads otherwise (the residual's ``d_f[k] += ...``):
+  those run for the chunk's own rows only, never for the rows it recomputes, so each
+  term is added once (in another order, as a parallel reduction's);
 - reads nothing a later member writes.
 
 So moving a producer's iterations earlier relative to its consumers changes no value
@@ -120,7 +123,8 @@ def _producer_ok(kernel: ir.Kernel, nest: list, later: list, between: list) -> s
     temps = {t.name: t for t in kernel.temps}
     names = {st.name for st in nest}
     later_names = {st.name for st in later}
-    for v in sorted(_written_arrays(nest)):
+    sums = _sums(kernel, nest, later)
+    for v in sorted(_written_arrays(nest) - sums):
         t = temps.get(v)
         if t is None:
             return f"it writes {v!r}, a kernel parameter"
@@ -137,7 +141,7 @@ def _producer_ok(kernel: ir.Kernel, nest: list, later: list, between: list) -> s
         outside = [st for st in kernel.statements if st.name not in names and st.accesses(s)]
         if outside:
             return f"scalar {s!r} is also used by {outside[0].owner}"
-    reads = set().union(*(st.read_names() for st in nest))
+    reads = set().union(*(st.read_names() for st in nest)) - sums
     for st in later + between:
         if isinstance(st.target, Load) and st.target.array in reads:
             return f"{st.owner} writes {st.target.array!r}, which it reads"
@@ -147,6 +151,21 @@ def _producer_ok(kernel: ir.Kernel, nest: list, later: list, between: list) -> s
         if _used(st) & (_written_arrays(nest) | _written_scalars(nest)):
             return f"{st.owner}, between the nests, uses what it writes"
     return ""
+
+
+def _sums(kernel: ir.Kernel, nest: list, later: list) -> set:
+    """Kernel arrays the producer ``nest`` only adds into, and that neither it nor the
+    ``later`` members read otherwise (``d_f[k] += d_r * t[m + k - 2, n]``): each chunk
+    runs those updates for its own rows only (``_rewrite``), so every term is added once,
+    in another order (a sum's, as a parallel reduction's)."""
+    params = {p.name for p in kernel.params if p.is_array}
+    out = set()
+    for v in _written_arrays(nest) & params:
+        if all((st.target_name != v or st.op in ("+=", "-="))
+               and not any(ld.array == v for e in st.exprs() for ld in ir.loads(e))
+               for st in nest + later):
+            out.add(v)
+    return out
 
 
 def _const_range(s: isl.Set) -> Optional[tuple[int, int]]:
@@ -269,12 +288,15 @@ def _fuse(kernel: ir.Kernel, model: Optional[PolyModel], chain: list):
     """(fused kernel, decision) or (None, why not) for the nests ``chain`` (producers
     first, the consumer last)."""
     pm = model_of(kernel, model)
-    temps = sorted(set().union(*(_written_arrays(n) for n in chain[:-1])))
+    # what each producer writes for the later members (its sums into kernel arrays aside)
+    produced = [_written_arrays(n) - _sums(kernel, n, [st for b in chain[j + 1:] for st in b])
+                for j, n in enumerate(chain[:-1])]
+    temps = sorted(set().union(*produced))
     flat = [v for v in temps if len(kernel.array_type(v).shape) < 2]
     if flat:
         return None, f"not fused: {flat[0]!r} has no rows (one dimension)"
     deps = dependences(pm, variables=set(temps), flow_only=frozenset(temps))
-    writer = {v: j for j, n in enumerate(chain[:-1]) for v in _written_arrays(n)}
+    writer = {v: j for j, written in enumerate(produced) for v in written}
     k = len(chain)
     # flow distances along the outer loop, per (producer j, reader b)
     dist: dict = {}
@@ -349,6 +371,11 @@ def _rewrite(kernel: ir.Kernel, chain: list, temps: list, shift: list, back: lis
         conds = (Condition(_cmp(">=", own, _sub(start, _i(back[j])))),
                  Condition(_cmp(">=", own, _i(0))),
                  Condition(_cmp("<", row, loop.hi)))
+        # a producer's sums into kernel arrays: the chunk's own rows only (the rows before
+        # them are the previous chunk's, recomputed here for the buffers)
+        sums = _sums(kernel, nest, [st for n in chain[j + 1:] for st in n]) \
+            if j < len(chain) - 1 else set()
+        own_rows = (Condition(_cmp(">=", own, start)), Condition(_cmp("<", own, _add(start, ch))))
         rename = {var: row}
         width = max(st.position[1] for st in nest) + 1 if len(nest[0].position) > 1 else 1
 
@@ -370,7 +397,8 @@ def _rewrite(kernel: ir.Kernel, chain: list, temps: list, shift: list, back: lis
                 target=ir.map_expr(st.target, to_rows), expr=ir.map_expr(st.expr, to_rows),
                 guard=None if st.guard is None else ir.map_expr(st.guard, to_rows),
                 conditions=tuple(dataclasses.replace(cd, expr=ir.map_expr(cd.expr, to_rows))
-                                 for cd in st.conditions) + conds)
+                                 for cd in st.conditions) + conds
+                + (own_rows if st.target_name in sums else ()))
         base += width
     statements = tuple(sorted((out.get(st.name, st) for st in kernel.statements),
                               key=lambda s: s.position))
