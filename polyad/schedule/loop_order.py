@@ -393,8 +393,11 @@ def expand_reduction_rows(kernel: ir.Kernel, model=None, per_thread: bool = Fals
     the row's memory-based dependences keep every other schedule from interleaving
     two iterations. Only where each statement of the nest is one piece: the
     memory-based pairs of a row reused across iterations multiply with the boundary
-    pieces (a clamped stencil's), and the loop test over them costs more compile time
-    than the row saves run time.
+    pieces (a clamped stencil's), and the loop test over them costs compile time. (Such
+    an array is still shrunk to one row per iteration of the loops around the row's
+    loop, later, by ``fusion.rows_per_iteration``, where its nest holds all its accesses:
+    the 27-point energy's primal compiles in 0.49 s instead of 0.27 s and runs 7 %
+    faster.)
     """
     from ..poly import dependences, model_of
     from .distribute import _expansion_shape, _private_to_iterations
