@@ -150,6 +150,24 @@ def test_a_kernel_output_is_never_a_row_buffer():
     np.testing.assert_allclose(z, want["z"], rtol=1e-14)
 
 
+def test_sums_alone_make_no_producer():
+    """PolyBench's mvt: the first nest only adds into the kernel array x1, which the second
+    never reads: no temporary for a buffer, so nothing to fuse (a producer's sums into
+    kernel arrays ride along with a temporary it produces, as the deconvolution
+    residual's d_f sums do)."""
+    from c_corpus.polybench_dsl import mvt
+    sk, fused = _decisions(mvt)
+    assert fused == [] and not any(t.role == "rows" for t in sk.kernel.temps)
+    rng = np.random.default_rng(16)
+    args = {name: rng.standard_normal(shape) for name, shape in
+            (("x1", 5), ("x2", 5), ("y_1", 5), ("y_2", 5), ("A", (5, 5)))}
+    _, want = interpret(mvt.ir, {k: v.copy() for k, v in args.items()}, dict(N=5))
+    got = {k: v.copy() for k, v in args.items()}
+    pa.compile(mvt, fuse=True)(*got.values())  # (x1 and x2 are updated in place)
+    np.testing.assert_allclose(got["x1"], want["x1"], rtol=1e-14)
+    np.testing.assert_allclose(got["x2"], want["x2"], rtol=1e-14)
+
+
 def test_cuda_keeps_the_unfused_schedule():
     # a CUDA thread runs one iteration, not a chunk of rows: no row buffers
     sk, fused = _decisions(pa.grad(deconv_cost, wrt=["x", "f"]), target="cuda")

@@ -124,6 +124,8 @@ def _producer_ok(kernel: ir.Kernel, nest: list, later: list, between: list) -> s
     names = {st.name for st in nest}
     later_names = {st.name for st in later}
     sums = _sums(kernel, nest, later)
+    if not _written_arrays(nest) - sums:
+        return "it writes no array for a later nest, only sums into kernel arrays"
     for v in sorted(_written_arrays(nest) - sums):
         t = temps.get(v)
         if t is None:
