@@ -155,10 +155,10 @@ def test_deconvolution_gradient_runs_d_t_and_d_x_in_one_loop_over_rows():
 
 
 @pytest.mark.parametrize("fuse", [False, True])
-@pytest.mark.parametrize("deterministic", [False, True])
-def test_deconvolution_gradient_matches_the_interpreter(fuse, deterministic):
+def test_deconvolution_gradient_matches_the_interpreter(fuse):
+    """(deterministic builds: test_first_updates and test_fusion)"""
     grad = pa.grad(deconvolution("f64"), wrt=("x", "f"))
-    fn = pa.compile(grad, fuse=fuse, deterministic=deterministic)
+    fn = pa.compile(grad, fuse=fuse)
     rng = np.random.default_rng(12)
     for m, n in [(1, 1), (1, 5), (2, 2), (3, 4), (4, 3), (5, 5), (6, 7), (70, 9)]:
         inputs = dict(x=rng.standard_normal((m, n)), f=rng.standard_normal(5),
@@ -206,12 +206,13 @@ def separable_blur_cost(mode: str, taps: int):
     return blur5_cost
 
 
-@pytest.mark.parametrize("mode", ["clamped", "zero", "circular", "mirror"])
-@pytest.mark.parametrize("taps", [3, 5])
+@pytest.mark.parametrize("mode, taps", [(mode, taps) for mode in ("clamped", "zero", "circular",
+                                                                   "mirror")
+                                         for taps in (3, 5) if (mode, taps) != ("clamped", 5)])
 def test_blur_gradients_of_every_boundary_mode_match_the_interpreter(mode, taps):
     """The border pieces these passes rewrite differ by mode and width: every gradient,
     default and fused, against the interpreter at sizes 1-4 (where the border pieces of
-    both edges meet) and one larger."""
+    both edges meet) and one larger (clamped with 5 taps: the deconvolution's, below)."""
     grad = pa.grad(separable_blur_cost(mode, taps), wrt=("x", "f"))
     compiled = [pa.compile(grad), pa.compile(grad, fuse=True)]
     rng = np.random.default_rng(taps * 10 + len(mode))
