@@ -6,13 +6,15 @@ import polyad as pa
 M, N = pa.sizes("M N")
 
 
-def deconvolution(dtype: str):
-    """The ``deconv_cost`` kernel in ``dtype`` ("f32" or "f64")."""
+def deconvolution(dtype: str, mode: str = "clamped"):
+    """The ``deconv_cost`` kernel in ``dtype`` ("f32" or "f64"); ``mode``: the boundary
+    mode of ``x`` and ``t`` (the benchmark's is clamped)."""
     T = pa.f32 if dtype == "f32" else pa.f64
+    X = getattr(T[M, N], mode)
 
     @pa.kernel
-    def deconv_cost(x: T[M, N].clamped, f: T[5], y: T[M, N]) -> T:
-        t = pa.empty(T[M, N].clamped)
+    def deconv_cost(x: X, f: T[5], y: T[M, N]) -> T:
+        t = pa.empty(X)
         for m in range(M):
             for n in range(N):
                 t[m, n] = (f[0] * x[m, n - 2] + f[1] * x[m, n - 1] + f[2] * x[m, n]
