@@ -491,6 +491,16 @@ class Statement:
         statement's domain, whose number grows a dimension slower than the interior's?"""
         return any(s.kind == "border" for s in self.origin)
 
+    def map_exprs(self, fn: Callable[[Expr], Optional[Expr]]) -> "Statement":
+        """This statement with ``map_expr(e, fn)`` applied to every expression it holds: the
+        target (its indices), the value, the guard and the conditions (loop bounds are
+        the caller's: a pass that renames loops rebuilds them)."""
+        return dataclasses.replace(
+            self, target=map_expr(self.target, fn), expr=map_expr(self.expr, fn),
+            guard=None if self.guard is None else map_expr(self.guard, fn),
+            conditions=tuple(dataclasses.replace(c, expr=map_expr(c.expr, fn))
+                             for c in self.conditions))
+
     def split(self, kind: str, index: int, name: str) -> "Statement":
         """Piece ``index`` of this statement cut by the ``kind`` pass, named ``name``."""
         return dataclasses.replace(self, name=name,
@@ -589,7 +599,8 @@ class Temp:
     ``schedule.loop_order``) or ``row`` (a temporary that one iteration of its nest's outer
     loops writes and reads only its own row of, shrunk to that row,
     ``schedule.fusion.rows_per_iteration``). The generated code declares ``rows``,
-    ``sum row`` and ``row`` buffers itself, one per thread (``per_thread``); callers never pass them, see
+    ``sum row`` and ``row`` buffers itself, one per thread (``per_thread``); callers never
+    pass them, see
     ``Kernel.caller_temps``. ``holds`` describes its content in DSL terms where the name
     does not (a tape: the value taped and the statement that reads it). ``chunk``: for
     ``rows``, the loop variable of the chunk loop whose every iteration has its own copy;
@@ -610,7 +621,7 @@ class Temp:
 
     @property
     def per_thread(self) -> bool:
-        """Does the generated code keep a copy per thread (``rows``, ``sum row``)?"""
+        """Does the generated code keep a copy per thread (``rows``, ``sum row``, ``row``)?"""
         return self.role in ("rows", "sum row", "row")
 
     @property

@@ -1172,6 +1172,26 @@ def _basic_sets(s: isl.Set) -> list:
     return out
 
 
+def few_values(dom: isl.Set, k: int, limit: int) -> Optional[tuple[isl.Aff, int, int]]:
+    """(an end value of dimension ``k`` of ``dom`` as an ``isl.Aff`` of the sizes, +1 if it
+    is the lowest, -1 if the highest, how many values) where that dimension takes 2 to
+    ``limit`` values for every value of the sizes (``M - 2 <= m <= M - 1``: M - 1, -1,
+    2), else None (one value, more, or ends that are min/max of several expressions)."""
+    n = dom.dim(isl.dim_type.set)
+    values = dom.project_out(isl.dim_type.set, k + 1, n - k - 1).project_out(
+        isl.dim_type.set, 0, k)
+    low, high = values.dim_min(0), values.dim_max(0)
+    width = high.sub(low).max_val()
+    if not width.is_int() or not 0 < width.to_python() < limit:
+        return None
+    for end, direction in ((low, 1), (high, -1)):
+        if end.n_piece() == 1:
+            affs = []
+            end.foreach_piece(lambda _, aff: affs.append(aff))
+            return affs[0], direction, width.to_python() + 1
+    return None
+
+
 def inverse_pieces(access: isl.Map, keep: tuple[int, ...] = ()
                    ) -> Optional[list[tuple[isl.Set, list[isl.Aff]]]]:
     """Invert ``S[i] -> A[j]`` extended by the iteration dims ``keep``: ``S[i] -> [j, i_keep]``.

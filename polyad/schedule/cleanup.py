@@ -168,10 +168,8 @@ def fuse_zero_initialization(kernel: ir.Kernel) -> tuple[ir.Kernel, tuple[str, .
         rename = {lp.var: ir.LoopVar(new.var) for lp, new in zip(z.loops, head.loops[:c])}
         loops = head.loops[:c] + z.loops[c:]
         new_z = dataclasses.replace(
-            z, loops=loops, position=head.position[:c] + (first - 1,) + (0,) * (d - c),
-            target=Load(t.array, tuple(ir.LoopVar(lp.var) for lp in loops), t.dtype),
-            conditions=tuple(dataclasses.replace(cd, expr=ir.substitute(cd.expr, rename))
-                             for cd in z.conditions))
+            z.map_exprs(lambda e: rename.get(e.name) if isinstance(e, ir.LoopVar) else None),
+            loops=loops, position=head.position[:c] + (first - 1,) + (0,) * (d - c))
         statements[statements.index(z)] = new_z
         moved.append(z.name)
     if not moved:

@@ -65,8 +65,8 @@ from .. import ir
 from ..ir import Binary, Condition, Const, Load, Loop, LoopVar, ScalarRef
 from ..poly import PolyModel, dependences, isl_name, maps_of, model_of
 from .distribute import conflicts_across_iterations
-from .gather import iterations_independent_but_sums
-from .nests import common_depth, fresh_statement_name, loop_nests, rows_selected_by_loops
+from .gather import iterations_independent_but_sums, only_added_into
+from .nests import common_depth, loop_nests, rows_selected_by_loops
 
 CHUNK_ROWS = 64
 
@@ -161,13 +161,7 @@ def _sums(kernel: ir.Kernel, nest: list, later: list) -> set:
     runs those updates for its own rows only (``_rewrite``), so every term is added once,
     in another order (a sum's, as a parallel reduction's)."""
     params = {p.name for p in kernel.params if p.is_array}
-    out = set()
-    for v in _written_arrays(nest) & params:
-        if all((st.target_name != v or st.op in ("+=", "-="))
-               and not any(ld.array == v for e in st.exprs() for ld in ir.loads(e))
-               for st in nest + later):
-            out.add(v)
-    return out
+    return {v for v in _written_arrays(nest) & params if only_added_into(v, nest + later)}
 
 
 def _const_range(s: isl.Set) -> Optional[tuple[int, int]]:
@@ -291,8 +285,9 @@ def _fuse(kernel: ir.Kernel, model: Optional[PolyModel], chain: list):
     first, the consumer last)."""
     pm = model_of(kernel, model)
     # what each producer writes for the later members (its sums into kernel arrays aside)
-    produced = [_written_arrays(n) - _sums(kernel, n, [st for b in chain[j + 1:] for st in b])
-                for j, n in enumerate(chain[:-1])]
+    sums = [_sums(kernel, n, [st for b in chain[j + 1:] for st in b])
+            for j, n in enumerate(chain[:-1])] + [set()]
+    produced = [_written_arrays(n) - sums[j] for j, n in enumerate(chain[:-1])]
     temps = sorted(set().union(*produced))
     flat = [v for v in temps if len(kernel.array_type(v).shape) < 2]
     if flat:
@@ -336,22 +331,26 @@ def _fuse(kernel: ir.Kernel, model: Optional[PolyModel], chain: list):
         if w is None or any(r is None for _, r in need):
             return None, f"not fused: the rows of {v!r} written or read are not bounded"
         heights[v] = max(shift[j] + w[1] - shift[b] - r[0] for b, r in need) + 1
-    return _rewrite(kernel, chain, temps, shift, back, lead_in, heights)
+    return _rewrite(kernel, chain, temps, shift, back, lead_in, heights, sums)
 
 
 def _fresh(kernel: ir.Kernel, name: str) -> str:
+    """``name``, or it with underscores in front, used by no name of ``kernel`` (arrays
+    and statements share ISL's tuple names; scalars, sizes and loops the C scope)."""
     taken = ({p.name for p in kernel.params} | {t.name for t in kernel.temps}
              | {n for n, _ in kernel.locals} | set(kernel.sizes)
-             | {lp.var for st in kernel.statements for lp in st.loops})
+             | {lp.var for st in kernel.statements for lp in st.loops}
+             | {st.name for st in kernel.statements})
     while name in taken:
         name = "_" + name
     return name
 
 
 def _rewrite(kernel: ir.Kernel, chain: list, temps: list, shift: list, back: list,
-             lead_in: int, heights: dict):
+             lead_in: int, heights: dict, sums: list):
     """The kernel with the nests of ``chain`` in one chunked nest at the consumer's position
-    (module docstring), and the decision text."""
+    (module docstring), and the decision text. ``sums[j]``: the kernel arrays member ``j``
+    only adds into (``_sums``), whose updates run for the chunk's own rows only."""
     consumer = chain[-1]
     loop = consumer[0].loops[0]
     m = loop.var
@@ -375,8 +374,6 @@ def _rewrite(kernel: ir.Kernel, chain: list, temps: list, shift: list, back: lis
                  Condition(_cmp("<", row, loop.hi)))
         # a producer's sums into kernel arrays: the chunk's own rows only (the rows before
         # them are the previous chunk's, recomputed here for the buffers)
-        sums = _sums(kernel, nest, [st for n in chain[j + 1:] for st in n]) \
-            if j < len(chain) - 1 else set()
         own_rows = (Condition(_cmp(">=", own, start)), Condition(_cmp("<", own, _add(start, ch))))
         rename = {var: row}
         width = max(st.position[1] for st in nest) + 1 if len(nest[0].position) > 1 else 1
@@ -393,14 +390,12 @@ def _rewrite(kernel: ir.Kernel, chain: list, temps: list, shift: list, back: lis
         for st in nest:
             inner = tuple(Loop(lp.var, ir.map_expr(lp.lo, to_rows), ir.map_expr(lp.hi, to_rows),
                                lp.step) for lp in st.loops[1:])
+            mapped = st.map_exprs(to_rows)
             out[st.name] = dataclasses.replace(
-                st, loops=(chunk_loop, step_loop) + inner,
+                mapped, loops=(chunk_loop, step_loop) + inner,
                 position=(position, 0, base + st.position[1]) + st.position[2:],
-                target=ir.map_expr(st.target, to_rows), expr=ir.map_expr(st.expr, to_rows),
-                guard=None if st.guard is None else ir.map_expr(st.guard, to_rows),
-                conditions=tuple(dataclasses.replace(cd, expr=ir.map_expr(cd.expr, to_rows))
-                                 for cd in st.conditions) + conds
-                + (own_rows if st.target_name in sums else ()))
+                conditions=mapped.conditions + conds
+                + (own_rows if st.target_name in sums[j] else ()))
         base += width
     statements = tuple(sorted((out.get(st.name, st) for st in kernel.statements),
                               key=lambda s: s.position))
@@ -518,9 +513,8 @@ def rows_per_iteration(kernel: ir.Kernel) -> tuple[ir.Kernel, list[str]]:
     access of which lies in one nest and indexes all its dimensions but the last by the
     nest's outer loops becomes ``T_row[n]`` (a ``row`` temporary, one per thread; not a
     slab of several dimensions, which would not stay in cache): different iterations
-    touch different rows, so
-    no value passes from one iteration to another through ``T``, and nothing outside
-    the nest reads it. The loop test (``schedule.build``) gives each thread its own row
+    touch different rows, so no value passes from one iteration to another through
+    ``T``, and nothing outside the nest reads it. The loop test (``schedule.build``) gives each thread its own row
     where a thread runs whole iterations of those loops; elsewhere the row's
     memory-based dependences keep the iterations apart, as for a ``sum row``. For
     targets whose threads run whole loops. Returns the kernel and one line per
@@ -539,7 +533,7 @@ def rows_per_iteration(kernel: ir.Kernel) -> tuple[ir.Kernel, list[str]]:
         if common_depth(nest) < c or not rows_selected_by_loops(users, t.name, c):
             continue
         outer = nest[0].loops[:c]
-        name = fresh_statement_name(kernel, f"{t.name}_row")
+        name = _fresh(kernel, f"{t.name}_row")
         row = ir.Temp(name, ir.ArrayType(t.type.dtype, t.type.shape[c:]), zero=False,
                       role="row", holds=f"the row of {t.name} one iteration of "
                       f"{', '.join(lp.var for lp in outer)} writes and reads, per thread",
@@ -550,15 +544,11 @@ def rows_per_iteration(kernel: ir.Kernel) -> tuple[ir.Kernel, list[str]]:
                 return Load(row.name, e.index[c:], e.dtype)
             return None
 
-        statements = []
-        for st in kernel.statements:
-            if st in users:
-                st = dataclasses.replace(
-                    st, target=ir.map_expr(st.target, to_row), expr=ir.map_expr(st.expr, to_row),
-                    guard=None if st.guard is None else ir.map_expr(st.guard, to_row))
-            statements.append(st)
+        named = {st.name for st in users}
+        statements = tuple(st.map_exprs(to_row) if st.name in named else st
+                           for st in kernel.statements)
         temps = tuple(row if x is t else x for x in kernel.temps)
-        kernel = dataclasses.replace(kernel, statements=tuple(statements), temps=temps)
+        kernel = dataclasses.replace(kernel, statements=statements, temps=temps)
         decisions.append(f"{t.name} kept as one row per thread ({name}): each iteration of "
                          f"{', '.join(lp.var for lp in outer)} writes and reads only its own "
                          f"row of it")

@@ -33,9 +33,9 @@ import islpy as isl
 
 from .. import ir
 from ..ir import Condition, Load, Loop, LoopVar
-from ..poly import (PolyModel, aff_to_expr, approximate, dependences, inverse_pieces, maps_of,
-                    model_of, param_exprs, projected_accesses, set_to_condition,
-                    within_outer_iterations)
+from ..poly import (PolyModel, aff_to_expr, approximate, dependences, few_values,
+                    inverse_pieces, maps_of, model_of, param_exprs, projected_accesses,
+                    set_to_condition, within_outer_iterations)
 from .nests import common_depth, fresh_statement_name, loop_nests
 
 
@@ -63,7 +63,7 @@ def _legal(st: ir.Statement, nest: list) -> str:
     return ""
 
 
-def _only_added_into(array: str, nest: list) -> bool:
+def only_added_into(array: str, nest: list) -> bool:
     """Is every access to ``array`` in ``nest`` the target of a ``+=``/``-=``?"""
     return all((st.target_name != array or st.op in ("+=", "-="))
                and not st.reads_variable(array) for st in nest)
@@ -149,7 +149,7 @@ def iterations_independent_but_sums(kernel: ir.Kernel, model: Optional[PolyModel
     locals_ = set(dict(kernel.locals))
     used = accessed_names(nest)
     nest_model = model_of(kernel, model)
-    sums = {st.target_name for st in nest if _only_added_into(st.target_name, nest)}
+    sums = {st.target_name for st in nest if only_added_into(st.target_name, nest)}
     scalars = used & locals_ - (sums if scalar_sums else set())
     deps = dependences(nest_model, variables=scalars, flow_only=frozenset(scalars))
     own = {t.name for t in kernel.temps if t.per_thread}
@@ -351,25 +351,6 @@ def _gather_pieces(st: ir.Statement, at: ir.ArrayType, outer: int, free: tuple, 
 MAX_VALUES_SPLIT = 4
 
 
-def _few_values(dom: isl.Set, k: int):
-    """(an end value of dimension ``k`` of ``dom`` as an ``isl.Aff`` of the sizes, +1 if it
-    is the lowest, -1 if the highest, how many values) where that dimension takes at
-    most ``MAX_VALUES_SPLIT`` values for any sizes (``M - 2 <= m <= M - 1``), else None."""
-    n = dom.dim(isl.dim_type.set)
-    values = dom.project_out(isl.dim_type.set, k + 1, n - k - 1).project_out(
-        isl.dim_type.set, 0, k)
-    low, high = values.dim_min(0), values.dim_max(0)
-    width = high.sub(low).max_val()
-    if not width.is_int() or not 0 < width.to_python() < MAX_VALUES_SPLIT:
-        return None
-    for end, direction in ((low, 1), (high, -1)):
-        if end.n_piece() == 1:
-            affs = []
-            end.foreach_piece(lambda _, aff: affs.append(aff))
-            return affs[0], direction, width.to_python() + 1
-    return None
-
-
 def _one_piece_per_value(kernel: ir.Kernel, st: ir.Statement, at: ir.ArrayType,
                          model: PolyModel, outer: int) -> tuple[list, str]:
     """([(piece, inverse)], how) for a scatter that writes one element from several
@@ -388,7 +369,7 @@ def _one_piece_per_value(kernel: ir.Kernel, st: ir.Statement, at: ir.ArrayType,
     dom = model.domain(st)
     params = param_exprs(kernel)
     for k in range(outer, len(st.loops)):
-        few = _few_values(dom, k)
+        few = few_values(dom, k, MAX_VALUES_SPLIT)
         if few is None:
             continue
         end, direction, count = few
