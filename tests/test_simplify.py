@@ -197,3 +197,40 @@ def test_adjoint_terms_of_one_element_merge_across_filter_updates():
         dx, df = grad(x, f, y)
         np.testing.assert_allclose(dx, want["d_x"], rtol=1e-13, atol=1e-14)
         np.testing.assert_allclose(df, want["d_f"], rtol=1e-13, atol=1e-14)
+
+
+def _reads_scalar(kernel: ir.Kernel, name: str) -> bool:
+    return any(isinstance(x, ir.ScalarRef) and x.name == name
+               for st in kernel.statements for x in ir.walk_many(st.exprs()))
+
+
+@pa.kernel
+def scaled_cost(x: pa.f64[M]) -> pa.f64:
+    C = 0.0
+    for i in range(M):
+        C += x[i] * x[i]
+    C = C * 3.0
+    return C
+
+
+def test_the_gradient_seed_of_one_leaves_no_multiplication_by_the_results_adjoint():
+    """``d_C = 1`` is never written again in the TV gradient: its terms lose ``d_C * ``
+    (exact, x * 1 = x), and no loop nest takes ``d_C`` as a parameter."""
+    for derived in (pa.grad(tv_cost, wrt="g"), pa.value_and_grad(tv_cost, wrt="g")):
+        assert not _reads_scalar(derived.ir, "d_C")
+        assert "d_C" not in derived.source
+        assert "lam * pa_sign_f64(g[0] - g[1])" in derived.source
+    vjp = pa.vjp(tv_cost, wrt="g")  # the cotangent is an input there: it stays a factor
+    assert _reads_scalar(vjp.ir, "result_bar")
+    rng = np.random.default_rng(6)
+    g, b = rng.standard_normal((5, 4)), rng.standard_normal((5, 4))
+    _, want = interpret(vjp.ir, dict(g=g.copy(), b=b, lam=0.3, result_bar=1.0), dict(M=5, N=4))
+    np.testing.assert_array_equal(pa.grad(tv_cost, wrt="g")(g, b, 0.3), want["d_g"])
+
+
+def test_a_results_adjoint_written_again_is_not_taken_for_a_constant():
+    """``C = C * 3`` makes the reverse sweep scale ``d_C``: it stays a variable."""
+    grad = pa.grad(scaled_cost, wrt="x")
+    assert _reads_scalar(grad.ir, "d_C")
+    x = np.random.default_rng(7).standard_normal(6)
+    np.testing.assert_allclose(grad(x), 6.0 * x, rtol=1e-14)

@@ -657,6 +657,8 @@ class _Reverse:
         if result is not None:
             keep.add(result[0])
         items = _dead_code(items, keep)
+        if self.result is not None and self.mode != "vjp" and self.result[0] in seeded:
+            items = _constant_seed(items, self.adj[self.result[0]])
         stmts = flatten(items)
         used = set()
         for it in walk_items(items):
@@ -726,6 +728,49 @@ def _primal_liveness(root: Node, keep: set) -> dict[tuple, set]:
 
     block(root, set(keep))
     return after
+
+
+def _constant_seed(items: list, name: str) -> list:
+    """``items`` with the scalar ``name`` replaced by its value where its only write is
+    one top-level ``name = <literal>`` that no item before it reads, and that write
+    dropped.
+
+    This is the result's adjoint of a gradient: it is seeded with 1 and, unless a
+    statement such as ``C = 2 * C`` scales it, never written again, so every
+    adjoint term's ``d_C * (...)`` is the term itself. Exact: ``x * 1`` is ``x``
+    in IEEE arithmetic for every ``x``, so the values are bit-for-bit those of
+    the multiplied form; the generated code loses a multiplication per term and
+    a parameter per loop nest."""
+    writes = [it for it in walk_items(items) if _item_target(it) == name]
+    if len(writes) != 1:
+        return items
+    (seed,) = writes
+    at = next((k for k, it in enumerate(items) if it is seed), None)
+    if (at is None or seed.op != "=" or seed.conditions or seed.guard is not None
+            or not isinstance(seed.expr, ir.Const)
+            or any(name in _item_names(it) for it in walk_items(items[:at]))):
+        return items
+    value = seed.expr
+
+    def rewrite(x: Expr):
+        if isinstance(x, ScalarRef) and x.name == name:
+            return X.cast(value, x.dtype)
+        if isinstance(x, Binary) and x.op == "*" and (X.is_const(x.a) or X.is_const(x.b)):
+            return X.cast(X.mul(x.a, x.b), x.dtype)
+        return None
+
+    def item(it: Item) -> Item:
+        return dataclasses.replace(
+            it, expr=ir.map_expr(it.expr, rewrite),
+            guard=None if it.guard is None else ir.map_expr(it.guard, rewrite),
+            target=it.target if isinstance(it.target, ScalarRef)
+            else ir.map_expr(it.target, rewrite))
+
+    def block(its: list) -> list:
+        return [LoopItem(it.loop, block(it.body)) if isinstance(it, LoopItem) else item(it)
+                for it in its if it is not seed]
+
+    return block(items)
 
 
 def _dead_code(items: list, keep: set) -> list:
