@@ -214,14 +214,15 @@ def polyad_impl(case: Case):
     return fwd, grad
 
 
-def polyad_fused_impl(case: Case):
-    """(fwd, grad) compiled with ``fuse=True`` (producer-consumer fusion through row
-    buffers, ``polyad.schedule.fusion``), the gradient's outputs preallocated (the derived
-    kernel's pa.Out parameters, as the polyad row passes them)."""
+def polyad_unfused_impl(case: Case):
+    """(fwd, grad) compiled with ``fuse=False`` (no producer-consumer fusion through row
+    buffers, ``polyad.schedule.fusion``; the default fuses chains with rows of one
+    dimension), the gradient's outputs preallocated (the derived kernel's pa.Out
+    parameters, as the polyad row passes them)."""
     import polyad as pa
     k = kernels.kernel(case.kernel, case.dtype)
-    fk = pa.compile(k, fuse=True)
-    gk = pa.compile(pa.grad(k, wrt=case.wrt_arg), fuse=True)
+    fk = pa.compile(k, fuse=False)
+    gk = pa.compile(pa.grad(k, wrt=case.wrt_arg), fuse=False)
     inputs = case.inputs
     outs = {f"d_{w}": np.empty_like(inputs[i]) for w, i in zip(case.wrt, case.wrt_index)}
 
@@ -247,8 +248,8 @@ def implementations(case: Case, with_jax: bool = True, with_torch: bool = True,
     f, g = polyad_impl(case)
     out.append(Impl("polyad", f, g))
     if case.bench.startswith("deconv"):
-        f, g = polyad_fused_impl(case)
-        out.append(Impl("polyad fuse=True", f, g))
+        f, g = polyad_unfused_impl(case)
+        out.append(Impl("polyad fuse=False", f, g))
     f, g = numpy_impl(case.bench, case.inputs)
     out.append(Impl("numpy", f, g))
     if with_jax:

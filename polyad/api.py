@@ -124,7 +124,7 @@ class Kernel:
 
     @user_facing
     def compile(self, target: str = "openmp", sanitize: Optional[str] = None,
-                deterministic: bool = False, tile=None, fuse: bool = False) -> KernelFunction:
+                deterministic: bool = False, tile=None, fuse: Optional[bool] = None) -> KernelFunction:
         """Schedule, emit and compile (cached per option set); see ``pa.compile``."""
         options = Options(target, deterministic, sanitize, tile, fuse)
         if options not in self._compiled:
@@ -141,7 +141,7 @@ class Kernel:
         return self.compile().source
 
     def explain(self, format: str = "text", target: str = "openmp",
-                deterministic: bool = False, tile=None, fuse: bool = False) -> str:
+                deterministic: bool = False, tile=None, fuse: Optional[bool] = None) -> str:
         """The report of ``pa.explain(self, ...)``: how this kernel is scheduled and emitted."""
         return explain(self, format, target, deterministic, tile=tile, fuse=fuse)
 
@@ -222,7 +222,7 @@ def _namespace(namespace: Optional[dict]) -> dict:
 
 @user_facing
 def compile(k: Kernel, target: str = "openmp", sanitize: Optional[str] = None,
-            deterministic: bool = False, tile=None, fuse: bool = False) -> KernelFunction:
+            deterministic: bool = False, tile=None, fuse: Optional[bool] = None) -> KernelFunction:
     """Compile kernel ``k`` now; returns a callable with ``.source`` (the generated C).
 
     ``sanitize="address"`` builds with AddressSanitizer. Its runtime must be
@@ -243,12 +243,12 @@ def compile(k: Kernel, target: str = "openmp", sanitize: Optional[str] = None,
     (``tile=(32, 32, 64)``, outermost loop first), or untiled (``tile=False``);
     ``pa.explain`` shows the decision ("tiled 128x128x128", "time-skewed tiled
     64x64x256").
-    ``fuse=True`` (OpenMP): a nest that reads a temporary another nest writes, within a
+    ``fuse`` (OpenMP): a nest that reads a temporary another nest writes, within a
     bounded window of rows, runs in that nest's loop, a few rows behind it, and the
     temporary shrinks to the rows still live, per thread (``pa.explain``: "fused the
-    nests of S2 into the nest of S4 at depth 1 ...: t kept as 5 rows per thread");
-    off by default: its code generation multiplies the compile time (several times for
-    the deconvolution gradient).
+    nests of S2 into the nest of S4 at depth 1 ...: t kept as 5 rows per thread").
+    None (default): where the buffers are rows of one dimension and a producer runs
+    ahead; True: also buffers of planes; False: never.
     """
     if not isinstance(k, Kernel):
         raise TypeError(f"pa.compile() takes a @pa.kernel, got {type(k).__name__}")

@@ -123,7 +123,7 @@ class DerivedKernel(Kernel):
         return self._package(fn(*args, **kwargs))
 
     def compile(self, target: str = "openmp", sanitize=None, deterministic: bool = False,
-                tile=None, fuse: bool = False):
+                tile=None, fuse=None):
         """The compiled derived kernel; for a CUDA target with ``checkpoint=`` set, the
         checkpointing driver over the pieces compiled for it
         (``polyad.checkpointing.CheckpointedFunction``; ``tile`` is ignored on CUDA)."""

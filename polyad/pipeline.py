@@ -43,23 +43,25 @@ class Options:
     cache model's tile sizes, False for none, or the sizes (positive integers,
     outermost loop first; the last repeats for deeper loops). ``fuse``: fuse chains of
     producer and consumer nests through rolling row buffers (``schedule.fusion``; targets
-    whose threads run chunks of rows only, OpenMP).
+    whose threads run chunks of rows only, OpenMP): None (default) where every buffer
+    is rows of one dimension, True also buffers of planes, False never.
     """
 
     target: str = "openmp"
     deterministic: bool = False
     sanitize: Optional[str] = None
     tile: object = None
-    fuse: bool = False
+    fuse: Optional[bool] = None
 
     def __post_init__(self):
         get_target(self.target)
         if self.sanitize not in SANITIZERS:
             raise ValueError("sanitize must be None or 'address'")
         object.__setattr__(self, "deterministic", bool(self.deterministic))
-        if not isinstance(self.fuse, bool):
-            raise ArgumentError(f"fuse must be True or False (fuse=True: producer-consumer "
-                                f"fusion through row buffers, OpenMP); got {self.fuse!r}")
+        if not (self.fuse is None or isinstance(self.fuse, bool)):
+            raise ArgumentError(f"fuse must be None (fuse chains whose row buffers are rows "
+                                f"of one dimension), True (every chain) or False (none); "
+                                f"got {self.fuse!r}")
         if self.tile not in (None, False):
             sizes = (self.tile,) if isinstance(self.tile, int) else tuple(self.tile)
             if not sizes or not all(isinstance(t, int) and not isinstance(t, bool) and t > 0
@@ -202,7 +204,7 @@ def compile_kernel(ir_kernel: ir.Kernel, options: Options = Options(),
                 # tiles are for caches of threads that run whole loops (CUDA's threads
                 # run single iterations: its target schedules without them)
                 tile=options.tile if getattr(target, "unit_stride_schedule", False) else False,
-                fuse=options.fuse and getattr(target, "fuses_pipelines", False))
+                fuse=options.fuse if getattr(target, "fuses_pipelines", False) else False)
     n = len(scheduled.kernel.statements)
     with clock.stage("plan", n), ir.internal_errors(f"planning ({options.target})", ir_kernel):
         plan = target.plan(scheduled, options)

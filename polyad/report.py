@@ -45,7 +45,7 @@ DEPENDENCE_KINDS = (("flow", "read after write"), ("anti", "write after read"),
 
 def explain(kernel, format: str = "text", target: str = "openmp",
             deterministic: bool = False, sizes: Optional[dict] = None, tile=None,
-            fuse: bool = False) -> str:
+            fuse: Optional[bool] = None) -> str:
     """A report of how ``kernel`` (a ``pa.Kernel``, primal or derived) is compiled.
 
     ``format``: ``"text"`` (sections for people), ``"json"`` (the same
@@ -68,7 +68,7 @@ def explain(kernel, format: str = "text", target: str = "openmp",
 
 
 def report(kernel, target: str = "openmp", deterministic: bool = False,
-           sizes: Optional[dict] = None, tile=None, fuse: bool = False) -> dict:
+           sizes: Optional[dict] = None, tile=None, fuse: Optional[bool] = None) -> dict:
     """The report of ``explain`` as a JSON-serialisable dict.
 
     Keys: ``kernel file line target deterministic params result sizes

@@ -41,8 +41,9 @@ def _check_gradient(grad, inputs: dict, sizes: dict, deterministic: bool = False
 
 
 def test_deconvolution_gradient_assigns_its_interiors():
+    """(unfused: by default the chain of nests runs fused, ``test_fusion``)"""
     grad = pa.grad(deconvolution("f64"), wrt=("x", "f"))
-    sk = _scheduled(grad)
+    sk = _scheduled(grad, fuse=False)
     decisions = [d for d in sk.schedule_decisions if "first after the zeroing" in d]
     assert [d.split(":")[0] for d in decisions] == ["d_t"]
     # d_t is zeroed by a statement of its own now (rows the border pieces add to first),
@@ -65,7 +66,7 @@ def test_deconvolution_gradient_assigns_its_interiors():
         assert all(st.loops[0].var == "m" for st in writes)
     (zero,) = [st for st in sk.kernel.statements if st.source == "zero d_x"]
     assert not zero.conditions
-    src = grad.source
+    src = pa.compile(grad, fuse=False).source
     assert "d_t_row[n] = d_r_expanded[(m + 2) * N + n] * f[0]" in src
     assert "d_x[m * N + n] = d_t_row[n + 2] * f[0]" in src
     # (the edge rows of d_t are zeroed and summed into in their iterations, in cache)
@@ -86,7 +87,7 @@ def test_filter_sums_stay_with_the_residual():
     """The d_f statements of the vertical pass's adjoint read d_r where the residual
     nest computes it (they need no gather); the d_t updates moved to a nest of their own;
     the residual nest runs forwards (its only carried dependences are the sums')."""
-    sk = _scheduled(pa.grad(deconvolution("f64"), wrt=("x", "f")))
+    sk = _scheduled(pa.grad(deconvolution("f64"), wrt=("x", "f")), fuse=False)
     residual = [st for st in sk.kernel.statements
                 if isinstance(st.target, ir.Load) and st.target.array == "d_r_expanded"]
     nests = {st.position[0] for st in residual}

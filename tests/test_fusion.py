@@ -21,6 +21,7 @@ from ad_helpers import assert_close, fd_grad, run_reference, scalar_fn
 from deconv_kernels import deconvolution
 
 M, N = pa.sizes("M N")
+P, = pa.sizes("P")
 
 
 deconv_cost = deconvolution("f64")
@@ -50,6 +51,19 @@ def output_then_blur(x: pa.f64[M, N], t: pa.Out(pa.f64[M, N].clamped),
             z[m, n] = t[m - 1, n] + t[m, n] + t[m + 1, n]
 
 
+@pa.kernel
+def stencil3d_cost(x: pa.f64[P, M, N].clamped, y: pa.f64[P, M, N]) -> pa.f64:
+    C = 0.0
+    for p in range(P):
+        for m in range(M):
+            for n in range(N):
+                r = (6.0 * x[p, m, n] - x[p - 1, m, n] - x[p + 1, m, n]
+                     - x[p, m - 1, n] - x[p, m + 1, n]
+                     - x[p, m, n - 1] - x[p, m, n + 1]) - y[p, m, n]
+                C += r * r
+    return C
+
+
 # one chunk; several, the last of one row (its border scatter comes from two chunks), of
 # two rows, of CHUNK_ROWS - 1 rows
 SIZES = [(1, 1), (2, 3), (3, 4), (5, 7), (70, 9), (2 * CHUNK_ROWS + 1, 4),
@@ -71,10 +85,10 @@ def test_deconvolution_gradient_keeps_blur_rows_per_thread():
     # sums (S4-S14: each chunk adds them for its own rows only), the d_t pass (its border
     # rows gathered in their own steps, zeroed there) and the d_x pass, which reads only
     # the row of d_t its step writes -- the hand-written line-buffered gradient
-    assert text.startswith("fused the nests of S2, S4, S5, S6, S8, S10, S12, S14, zero_d_t, "
-                           "S7, S9, S11, S13, S15 into the nest of S0, S16, ")
-    assert ("at depth 1 (loop m; S2 4 rows ahead; S4, S5, S6, S8, S10, S12, S14 2 rows "
-            "ahead; zero_d_t, S7, S9, S11, S13, S15 0 rows ahead)") in text
+    assert text.startswith("fused the nests of S2, S3, S4, S5, S7, S9, S11, S13, zero_d_t, "
+                           "S6, S8, S10, S12, S14 into the nest of S0, S15, ")
+    assert ("at depth 1 (loop m; S2 4 rows ahead; S3, S4, S5, S7, S9, S11, S13 2 rows "
+            "ahead; zero_d_t, S6, S8, S10, S12, S14 0 rows ahead)") in text
     assert ("d_r_expanded kept as 5 rows per thread (d_r_expanded_rows), d_t kept as 1 row "
             "per thread (d_t_rows), t kept as 5 rows per thread (t_rows)") in text
     rows = {t.name: [str(e) for e in t.type.shape] for t in sk.kernel.temps if t.role == "rows"}
@@ -88,8 +102,26 @@ def test_deconvolution_gradient_keeps_blur_rows_per_thread():
     # some chunk loop runs its chunks on threads, each with its own buffers
     chunk_loops = [lp for lp in sk.loops.values() if lp.row_buffers]
     assert chunk_loops and all(lp.parallel for lp in chunk_loops)
-    assert "fused the nests of S2, S4, " in pa.explain(g, fuse=True)
-    assert "fused the nests" not in pa.explain(g)  # off by default
+    assert "fused the nests of S2, S3, " in pa.explain(g, fuse=True)
+    # on by default: every buffer is rows of one dimension
+    assert text in pa.explain(g) and text in pa.explain(g, fuse=None)
+    assert "fused the nests" not in pa.explain(g, fuse=False)
+
+
+def test_buffers_of_planes_are_fused_only_when_asked():
+    """The 3-D stencil gradient's chain would keep 3 planes per thread: by default it
+    says why it is not fused; ``fuse=True`` fuses it."""
+    g = pa.grad(stencil3d_cost, wrt="x")
+    (default,) = [d for d in pa.explain(g).splitlines() if "fused" in d]
+    assert ("not fused: a row of 'd_r_expanded' is a plane of 2 dimensions, and a buffer of "
+            "planes per thread stays in no cache (fuse=True fuses it)") in default
+    assert "d_r_expanded kept as 3 rows per thread" in pa.explain(g, fuse=True)
+    rng = np.random.default_rng(8)
+    for shape in [(1, 1, 1), (3, 2, 4), (5, 4, 3)]:
+        x, y = rng.standard_normal(shape), rng.standard_normal(shape)
+        want = run_reference(g, x, y)
+        for fuse in (None, True):
+            assert_close(pa.compile(g, fuse=fuse)(x, y), want, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.parametrize("deterministic", [False, True])
@@ -213,6 +245,43 @@ def test_fused_corpus_kernels_match_the_interpreter():
 
 
 def test_a_bad_fuse_option_is_refused():
-    for bad in ("yes", 1, None):
-        with pytest.raises(pa.ArgumentError, match="fuse must be True or False"):
+    for bad in ("yes", 1, 0.0):
+        with pytest.raises(pa.ArgumentError, match="fuse must be None .* True .* or False"):
             pa.compile(deconv_cost, fuse=bad)
+
+
+@pa.kernel
+def scale_then_next_row(x: pa.f64[M, N].clamped, y: pa.Out(pa.f64[M, N])):
+    t = pa.empty(pa.f64[M, N].clamped)
+    for m in range(M):
+        for n in range(N):
+            t[m, n] = 2.0 * x[m, n] + 1.0
+    for m in range(M):
+        for n in range(N):
+            y[m, n] = t[m + 1, n] - t[m, n]
+
+
+def test_a_piece_run_after_the_chunk_loop_keeps_the_chunks_buffers_shared():
+    """The consumer's piece at m = M - 1 (t[M, n] clamped to row M - 1) runs after every
+    other instance of the last chunk, and ISL's AST runs it after the chunk loop, outside
+    any chunk's buffers. No loop may then keep ``t_rows`` per chunk (the piece would read
+    a buffer nobody wrote): with ``fuse=True`` the chunks share one buffer and run in
+    order; by default the kernel is not fused, and says why."""
+    from polyad.schedule.build import _buffers_no_loop_owns
+
+    sk = compile_kernel(scale_then_next_row.ir, Options(fuse=True)).scheduled
+    assert _buffers_no_loop_owns(sk) == ["t_rows"]
+    assert not any(lp.parallel for lp in sk.loops.values() if "S0" in lp.statements
+                   and lp.depth == 0)
+    default = compile_kernel(scale_then_next_row.ir, Options()).scheduled
+    assert "not fused: no chunk loop runs t_rows per chunk" in " ".join(
+        default.schedule_decisions)
+    assert not [t for t in default.kernel.temps if t.role == "rows"]
+    rng = np.random.default_rng(9)
+    for m, n in [(1, 1), (2, 3), (CHUNK_ROWS + 1, 3), (2 * CHUNK_ROWS + 1, 2), (70, 5)]:
+        x = rng.standard_normal((m, n))
+        _, want = interpret(scale_then_next_row.ir, dict(x=x), dict(M=m, N=n))
+        for fuse in (None, True):
+            for _ in range(3):  # a wrong buffer holds whatever malloc returned
+                np.testing.assert_array_equal(pa.compile(scale_then_next_row, fuse=fuse)(x),
+                                              want["y"])

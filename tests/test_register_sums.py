@@ -18,6 +18,18 @@ from deconv_kernels import deconvolution
 
 deconv64, deconv32 = deconvolution("f64"), deconvolution("f32")
 
+N, T = pa.sizes("N T")
+
+
+@pa.kernel
+def steps_with_sums(x: pa.f32[N], s: pa.f32[2]):
+    for t in range(T):
+        for n in range(N):
+            s[0] += x[n]
+            s[1] += x[n] * x[n]
+        for n in range(N):
+            x[n] = 0.5 * x[n] + 1.0
+
 
 def _plan(kernel, **options):
     return compile_kernel(pa.grad(kernel, wrt=["x", "f"]).ir, Options(**options)).plan
@@ -31,7 +43,7 @@ def test_filter_gradient_sums_in_scalars_along_the_row():
     src = pa.grad(deconv32, wrt=["x", "f"]).source
     assert "float d_f_sum0 = 0;  // the sum of d_f[0] along the loop" in src
     assert "reduction(+:d_f_sum0, d_f_sum1, d_f_sum2, d_f_sum3, d_f_sum4)" in src
-    assert "d_f_sum2 += d_r_expanded[" in src
+    assert "d_f_sum2 += d_r_expanded_rows[" in src  # (the residual's rows, fused)
     # every simd loop over a row sums in scalars: no array section is reduced per row
     assert "#pragma omp simd reduction(+:d_f[0:5])" not in src
     # each element gets its scalar once, after the loop, with its DSL line
@@ -40,14 +52,21 @@ def test_filter_gradient_sums_in_scalars_along_the_row():
 
 
 def test_a_worksharing_loop_in_a_parallel_region_keeps_the_array_section():
-    """fuse=True runs the rows in one thread team: its 'omp for' loops cannot reduce into
-    scalars private to the team's threads, so they keep reduction(+:d_f[0:5])."""
-    artifact = compile_kernel(pa.grad(deconv32, wrt=["x", "f"]).ir, Options(fuse=True))
+    """A sequential time loop runs in one thread team: its 'omp for' loops cannot reduce
+    into scalars private to the team's threads, so they keep reduction(+:s[0:2])."""
+    artifact = compile_kernel(steps_with_sums.ir, Options())
     worksharing = [lp for lp in artifact.plan.loops.values() if lp.region == "for"]
     assert worksharing and not any(lp.register_sums for lp in worksharing)
-    assert re.search(r"#pragma omp for (simd )?schedule\(static\) reduction\(\+:d_f\[0:5\]\)",
+    assert re.search(r"#pragma omp for (simd )?schedule\(static\) reduction\(\+:s\[0:2\]\)",
                      artifact.source)
-    # (test_fusion checks the fused gradient's values against the interpreter)
+    rng = np.random.default_rng(10)
+    for n, steps in [(1, 1), (5, 3), (40, 4)]:
+        x, s = rng.standard_normal(n).astype(np.float32), rng.standard_normal(2).astype(np.float32)
+        _, want = interpret(steps_with_sums.ir, dict(x=x.copy(), s=s.copy()), dict(N=n, T=steps))
+        x_got, s_got = x.copy(), s.copy()
+        pa.compile(steps_with_sums)(x_got, s_got, T=steps)
+        np.testing.assert_allclose(s_got, want["s"], rtol=1e-5)
+        np.testing.assert_allclose(x_got, want["x"], rtol=1e-6)
 
 
 @pytest.mark.parametrize("kernel, rtol", [(deconv64, 1e-12), (deconv32, 2e-5)],

@@ -26,8 +26,8 @@ from test_shared_loop_fusion import scale_then_diff, scale_then_vertical
 M, N = pa.sizes("M N")
 
 
-def _scheduled(kernel, target="openmp"):
-    return compile_kernel(kernel.ir, Options(target=target)).scheduled
+def _scheduled(kernel, target="openmp", **options):
+    return compile_kernel(kernel.ir, Options(target=target, **options)).scheduled
 
 
 def _row_decisions(sk) -> list:
@@ -137,8 +137,9 @@ def test_wide_clamped_gradient_matches_the_interpreter_and_finite_differences():
 
 
 def test_deconvolution_gradient_runs_d_t_and_d_x_in_one_loop_over_rows():
+    """(unfused: by default the whole gradient is one chain, ``test_fusion``)"""
     grad = pa.grad(deconvolution("f64"), wrt=("x", "f"))
-    sk = _scheduled(grad)
+    sk = _scheduled(grad, fuse=False)
     per_value = sorted(d for d in sk.gather_decisions.values() if "per value" in d)
     assert per_value == ["gather (one piece per value of m: 0, 1)",
                          "gather (one piece per value of m: M - 1, M - 2)",

@@ -485,14 +485,15 @@ def test_statements_of_one_domain_at_adjacent_positions_are_one_ast_statement(ma
     """The program order's AST is built with adjacent statements of equal domains as one
     statement (cheaper to separate over pieces); the facts and the C are those of the
     AST built statement by statement. (The sobel adjoint's gathers have pieces that add
-    into one border element at one point: grouping those would reorder the sum.)"""
+    into one border element at one point: grouping those would reorder the sum. Unfused:
+    the chunk loops of fused nests are never grouped.)"""
     import dataclasses
 
     from polyad.schedule.build import _adjacent_equal_domains, _candidate, _program_order_tree
     from polyad.target import get_target
 
     kernel = make()
-    art = compile_kernel(kernel.ir, Options())
+    art = compile_kernel(kernel.ir, Options(fuse=False))
     sk = art.scheduled
     groups = set(_adjacent_equal_domains(sk.model).values())
     assert groups and all("+" in g for g in groups)  # S1+S2; S0_k+S1_k, piece by piece
