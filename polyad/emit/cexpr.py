@@ -31,7 +31,7 @@ C_MATH = {
 
 _TYPED_HELPERS = {
     "abs": "{q} {t} pa_abs_{n}({t} x) {{ return x < 0 ? -x : x; }}",
-    "sign": "{q} {t} pa_sign_{n}({t} x) {{ return ({t})((x > 0) - (x < 0)); }}",
+    "sign": "{q} {t} pa_sign_{n}({t} x) {{ return ({t})(x > 0) - ({t})(x < 0); }}",
     "min": "{q} {t} pa_min_{n}({t} a, {t} b) {{ return b < a ? b : a; }}",
     "max": "{q} {t} pa_max_{n}({t} a, {t} b) {{ return b > a ? b : a; }}",
     "rsqrt": "{q} {t} pa_rsqrt_{n}({t} x) {{ return ({t})1 / sqrt{f}(x); }}",
