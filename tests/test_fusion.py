@@ -19,9 +19,10 @@ from polyad.testing import interpret
 
 from ad_helpers import assert_close, fd_grad, run_reference, scalar_fn
 from deconv_kernels import deconvolution
+from test_border_pieces import stencil7
+from test_shared_loop_fusion import scale_then_vertical
 
 M, N = pa.sizes("M N")
-P, = pa.sizes("P")
 
 
 deconv_cost = deconvolution("f64")
@@ -49,19 +50,6 @@ def output_then_blur(x: pa.f64[M, N], t: pa.Out(pa.f64[M, N].clamped),
     for m in range(M):
         for n in range(N):
             z[m, n] = t[m - 1, n] + t[m, n] + t[m + 1, n]
-
-
-@pa.kernel
-def stencil3d_cost(x: pa.f64[P, M, N].clamped, y: pa.f64[P, M, N]) -> pa.f64:
-    C = 0.0
-    for p in range(P):
-        for m in range(M):
-            for n in range(N):
-                r = (6.0 * x[p, m, n] - x[p - 1, m, n] - x[p + 1, m, n]
-                     - x[p, m - 1, n] - x[p, m + 1, n]
-                     - x[p, m, n - 1] - x[p, m, n + 1]) - y[p, m, n]
-                C += r * r
-    return C
 
 
 # one chunk; several, the last of one row (its border scatter comes from two chunks), of
@@ -111,7 +99,7 @@ def test_deconvolution_gradient_keeps_blur_rows_per_thread():
 def test_buffers_of_planes_are_fused_only_when_asked():
     """The 3-D stencil gradient's chain would keep 3 planes per thread: by default it
     says why it is not fused; ``fuse=True`` fuses it."""
-    g = pa.grad(stencil3d_cost, wrt="x")
+    g = pa.grad(stencil7, wrt="x")
     (default,) = [d for d in pa.explain(g).splitlines() if "fused" in d]
     assert ("not fused: a row of 'd_r_expanded' is a plane of 2 dimensions, and a buffer of "
             "planes per thread stays in no cache (fuse=True fuses it)") in default
@@ -250,17 +238,6 @@ def test_a_bad_fuse_option_is_refused():
             pa.compile(deconv_cost, fuse=bad)
 
 
-@pa.kernel
-def scale_then_next_row(x: pa.f64[M, N].clamped, y: pa.Out(pa.f64[M, N])):
-    t = pa.empty(pa.f64[M, N].clamped)
-    for m in range(M):
-        for n in range(N):
-            t[m, n] = 2.0 * x[m, n] + 1.0
-    for m in range(M):
-        for n in range(N):
-            y[m, n] = t[m + 1, n] - t[m, n]
-
-
 def test_a_piece_run_after_the_chunk_loop_keeps_the_chunks_buffers_shared():
     """The consumer's piece at m = M - 1 (t[M, n] clamped to row M - 1) runs after every
     other instance of the last chunk, and ISL's AST runs it after the chunk loop, outside
@@ -269,19 +246,19 @@ def test_a_piece_run_after_the_chunk_loop_keeps_the_chunks_buffers_shared():
     order; by default the kernel is not fused, and says why."""
     from polyad.schedule.build import _buffers_no_loop_owns
 
-    sk = compile_kernel(scale_then_next_row.ir, Options(fuse=True)).scheduled
+    sk = compile_kernel(scale_then_vertical.ir, Options(fuse=True)).scheduled
     assert _buffers_no_loop_owns(sk) == ["t_rows"]
     assert not any(lp.parallel for lp in sk.loops.values() if "S0" in lp.statements
                    and lp.depth == 0)
-    default = compile_kernel(scale_then_next_row.ir, Options()).scheduled
+    default = compile_kernel(scale_then_vertical.ir, Options()).scheduled
     assert "not fused: no chunk loop runs t_rows per chunk" in " ".join(
         default.schedule_decisions)
     assert not [t for t in default.kernel.temps if t.role == "rows"]
     rng = np.random.default_rng(9)
     for m, n in [(1, 1), (2, 3), (CHUNK_ROWS + 1, 3), (2 * CHUNK_ROWS + 1, 2), (70, 5)]:
         x = rng.standard_normal((m, n))
-        _, want = interpret(scale_then_next_row.ir, dict(x=x), dict(M=m, N=n))
+        _, want = interpret(scale_then_vertical.ir, dict(x=x), dict(M=m, N=n))
         for fuse in (None, True):
             for _ in range(3):  # a wrong buffer holds whatever malloc returned
-                np.testing.assert_array_equal(pa.compile(scale_then_next_row, fuse=fuse)(x),
+                np.testing.assert_array_equal(pa.compile(scale_then_vertical, fuse=fuse)(x),
                                               want["y"])
