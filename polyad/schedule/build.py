@@ -246,19 +246,10 @@ class _LoopAnalysis:
         some instance in the loop (domain ``ldom``) has is in the loop too: no access of
         the buffer of a chunk the loop runs lies outside it (where AST generation split
         off a piece of the last chunk, that piece would read another buffer)."""
-        for st in self.kernel.statements:
-            if not st.accesses(var):
-                continue
-            if chunk not in st.loop_vars:
-                return False
-        chunk_of = None
-        for st in self.kernel.statements:
-            if st.accesses(var):
-                own = isl.Map.read_from_str(
-                    self.model.ctx, f"{self.model.param_prefix}{{ {self.model.tuple_text(st)} "
-                                    f"-> [{isl_name(chunk)}] }}").intersect_domain(
-                    self.model.domain(st)).to_union_map()
-                chunk_of = own if chunk_of is None else chunk_of.union(own)
+        users = [st for st in self.kernel.statements if st.accesses(var)]
+        if any(chunk not in st.loop_vars for st in users):
+            return False
+        chunk_of = _chunk_map(self.model, users, chunk)
         inside = chunk_of.intersect_domain(ldom)
         if inside.is_empty():
             return True
@@ -508,7 +499,7 @@ def _schedule_kernel(kernel: ir.Kernel,
         split, fusions = fuse_independent_nests(split, model)
     if fuse is not False:
         with clock.stage("pipeline fusion", len(split.statements)):
-            split, pipelines = fuse_pipelines(split, model, planes=fuse is True)
+            split, pipelines = fuse_pipelines(split, model, every=fuse is True)
         fusions += pipelines
     with clock.stage("loop order", len(split.statements)):
         split, loop_orders = expand_reduction_rows(split, model, per_thread=unit_stride)
@@ -792,14 +783,19 @@ def _chunk_loop_maps(model: PolyModel) -> list:
     """Per chunk loop of a fused nest: its statements' instances -> their chunk."""
     out = []
     for chunk in sorted({t.chunk for t in model.kernel.temps if t.role == "rows"}):
-        chunk_of = None
-        for st in model.kernel.statements:
-            if chunk in st.loop_vars:
-                own = isl.Map.read_from_str(
-                    model.ctx, f"{model.param_prefix}{{ {model.tuple_text(st)} -> "
-                               f"[{isl_name(chunk)}] }}").intersect_domain(
-                    model.domain(st)).to_union_map()
-                chunk_of = own if chunk_of is None else chunk_of.union(own)
-        if chunk_of is not None:
-            out.append(chunk_of)
+        inside = [st for st in model.kernel.statements if chunk in st.loop_vars]
+        if inside:
+            out.append(_chunk_map(model, inside, chunk))
+    return out
+
+
+def _chunk_map(model: PolyModel, statements: list, chunk: str) -> isl.UnionMap:
+    """Instance of each of ``statements`` (all inside the loop over ``chunk``) -> the
+    value of ``chunk`` it runs at."""
+    out = None
+    for st in statements:
+        own = isl.Map.read_from_str(
+            model.ctx, f"{model.param_prefix}{{ {model.tuple_text(st)} -> "
+                       f"[{isl_name(chunk)}] }}").intersect_domain(model.domain(st)).to_union_map()
+        out = own if out is None else out.union(own)
     return out

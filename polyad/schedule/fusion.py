@@ -251,13 +251,15 @@ def _natural(name: str):
 
 
 def fuse_pipelines(kernel: ir.Kernel, model: Optional[PolyModel] = None,
-                   planes: bool = True) -> tuple[ir.Kernel, list]:
+                   every: bool = True) -> tuple[ir.Kernel, list]:
     """Fuse chains of producer and consumer nests through rolling row buffers (module
-    docstring). ``planes=False``: only chains whose buffers are rows of one dimension
-    (temporaries of two dimensions), which stay in cache; a buffer of planes (the
-    3-D stencil gradient's: 3 planes of 256 x 256 doubles per thread) is as large as
-    a core's L2 and gains nothing. Returns the kernel and one line per fused chain, or
-    per chain not fused, saying why."""
+    docstring). ``every=False`` (the default mode of ``pa.compile``): only chains whose
+    buffers are rows of one dimension (temporaries of two dimensions), which stay in
+    cache (a buffer of planes, the 3-D stencil gradient's 3 planes of 256 x 256 doubles
+    per thread, is as large as a core's L2 and gains nothing), and where a producer runs
+    ahead (a row read in the step that writes it is what ``fuse_along_shared_loops``
+    and ``rows_per_iteration`` keep as one row, without chunks). Returns the kernel and
+    one line per fused chain, or per chain not fused, saying why."""
     decisions = []
     done: set = set()
     while True:
@@ -272,7 +274,7 @@ def fuse_pipelines(kernel: ir.Kernel, model: Optional[PolyModel] = None,
                 decisions.append(f"not fused: {why}")
             if len(members) < 2:
                 continue
-            fused, text = _fuse(kernel, model, [nests[p] for p in members], planes)
+            fused, text = _fuse(kernel, model, [nests[p] for p in members], every)
             if fused is None:
                 decisions.append(text)
                 continue
@@ -283,10 +285,10 @@ def fuse_pipelines(kernel: ir.Kernel, model: Optional[PolyModel] = None,
             return kernel, decisions
 
 
-def _fuse(kernel: ir.Kernel, model: Optional[PolyModel], chain: list, planes: bool):
+def _fuse(kernel: ir.Kernel, model: Optional[PolyModel], chain: list, every: bool):
     """(fused kernel, decision) or (None, why not) for the nests ``chain`` (producers
-    first, the consumer last); ``planes``: also where a buffered row has several
-    dimensions."""
+    first, the consumer last); ``every``: also where a buffered row has several
+    dimensions or no producer runs ahead (``fuse_pipelines``)."""
     pm = model_of(kernel, model)
     # what each producer writes for the later members (its sums into kernel arrays aside)
     sums = [_sums(kernel, n, [st for b in chain[j + 1:] for st in b])
@@ -297,7 +299,7 @@ def _fuse(kernel: ir.Kernel, model: Optional[PolyModel], chain: list, planes: bo
     if flat:
         return None, f"not fused: {flat[0]!r} has no rows (one dimension)"
     deep = [v for v in temps if len(kernel.array_type(v).shape) > 2]
-    if deep and not planes:
+    if deep and not every:
         return None, (f"not fused: a row of {deep[0]!r} is a plane of "
                       f"{len(kernel.array_type(deep[0]).shape) - 1} dimensions, and a buffer "
                       f"of planes per thread stays in no cache (fuse=True fuses it)")
@@ -326,8 +328,7 @@ def _fuse(kernel: ir.Kernel, model: Optional[PolyModel], chain: list, planes: bo
         shift[j] = max([0] + leads)
         back[j] = max([0] + backs)
     lead_in = max(back[j] + shift[j] for j in range(k))
-    if lead_in == 0 and not planes:
-        # (fuse_along_shared_loops and rows_per_iteration do this without chunks)
+    if lead_in == 0 and not every:
         return None, ("not fused: every row is read in the step that writes it, which needs "
                       "no rolling buffer (fuse=True fuses it)")
     # buffer heights: the slot of row r is reused by row r + W after r's last read
