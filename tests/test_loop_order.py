@@ -91,15 +91,17 @@ def test_conv_gradient_nests_get_the_pixel_row_innermost():
     targets = {st.target.array for st in moved.values()}
     assert targets == {"d_w", "d_x"}, sk.loop_orders
     for st in moved.values():
-        # v innermost, and the 3 taps of kw unrolled into it (one copy per tap)
-        assert st.loops[-1].var == "v" and st.loops[-2].var == "kh"
-        assert "kw" not in st.loop_vars
+        # v innermost, and the 9 taps of kw and kh unrolled into it (one copy per tap)
+        assert st.loops[-1].var == "v" and st.loops[-2].var in ("ci", "co")
+        assert "kw" not in st.loop_vars and "kh" not in st.loop_vars
         assert "loop v moved innermost" in sk.loop_orders[st.owner]
         assert ("loop kw unrolled into the loop v (3 copies, kw = 0, 1, 2"
                 in sk.loop_orders[st.owner])
+        assert ("loop kh unrolled into the loop v (3 copies, kh = 0, 1, 2"
+                in sk.loop_orders[st.owner])
         copies = [c for c in sk.kernel.statements if c.owner == st.owner]
-        assert sorted(c.origin[-1].index for c in copies) == [0, 1, 2]
-        assert all(c.origin[-1].kind == "jam" for c in copies)
+        assert len(copies) == 9 and all(c.origin[-1].kind == "jam" for c in copies)
+        assert sorted(c.origin[-1].index for c in copies) == [0, 0, 0, 1, 1, 1, 2, 2, 2]
     # the nest that recomputes the forward sum keeps it per point along the row
     (rows,) = [why for why in sk.loop_orders.values() if why.startswith("scalar s kept")]
     assert "s_rows[v] (one row per thread)" in rows and "the loop v is innermost" in rows
@@ -123,16 +125,16 @@ def test_filter_gradient_sums_along_the_row_in_lanes(kernel, lanes):
     assert src.count("#pragma omp simd reduction(+:d_w") == 0  # not per row
     assert f"d_w_lanes[{lanes}] = {{0}};" in src
     assert "d_w_lanes[v_lane] += d_s_expanded[" in src
-    # the three taps' sums share one lane loop
-    assert f"d_w_lanes3[{lanes}] = {{0}};" in src and "d_w_lanes4[" not in src
-    # d_x is a plain vector loop over the row, the three taps in one update
+    # the nine taps' sums share one lane loop (in the interior rows)
+    assert f"d_w_lanes9[{lanes}] = {{0}};" in src and "d_w_lanes10[" not in src
+    # d_x is a plain vector loop over the row, the nine taps in one update
     lines = src.splitlines()
     k = next(k for k, line in enumerate(lines)
              if line.strip().startswith("d_x[((b * CI + ci) * H + h) * W + v] +="))
     assert lines[k - 1].strip() == "for (int64_t v = 1; v < (W - 1); v++) {"
     assert lines[k - 2].strip() == "#pragma omp simd"
-    assert [line.strip()[:1] for line in lines[k + 1:k + 3]] == ["+", "+"]
-    assert lines[k + 2].rstrip().split("  //")[0].endswith(";")
+    assert [line.strip()[:1] for line in lines[k + 1:k + 9]] == ["+"] * 8
+    assert lines[k + 8].rstrip().split("  //")[0].endswith(";")
     # deterministic: no reassociating lanes
     assert not any(lp.lane_sums for lp in plan(_scheduled(grad, True), True).loops.values())
 
@@ -262,15 +264,16 @@ def test_per_point_sums_run_along_the_row():
     assert lines[b + 1].strip().startswith("float *restrict s_rows = malloc(") or \
         lines[b + 1].strip().startswith("double *restrict s_rows = malloc(")
     assert "free(s_rows);" in [line.strip() for line in lines[b + 2:]]
-    k = src.index("s_rows[v] += w[")
+    # the interior rows' update: the 9 taps of kh and kw in one pass over the row, one
+    # update of nine terms (the border rows' pieces have six)
+    k = src.index("s_rows[v] += w[(co * CI + ci) * 3 * 3] * x[")
     simd, loop = src[:k].rstrip().splitlines()[-2:]
     assert simd.strip() == "#pragma omp simd"
     assert loop.strip().startswith("for (int64_t v = ")  # the row innermost, taps outside
-    assert "for (int64_t kh = " in src[:k].rsplit("for (int64_t ci = ", 1)[1]
-    # the 3 taps of kw in one pass over the row: one update of three terms
-    body = src[k:].splitlines()[:3]
-    assert [line.strip()[:1] for line in body[1:]] == ["+", "+"]
-    assert "+ 2] * x[" in body[2] and "(v + 1)]" in body[2]
+    assert "for (int64_t kh = " not in src and "for (int64_t kw = " not in src
+    body = src[k:].splitlines()[:9]
+    assert [line.strip()[:1] for line in body[1:]] == ["+"] * 8
+    assert "+ 2) * 3 + 2] * x[" in body[8] and "(v + 1)]" in body[8]
     rng = np.random.default_rng(14)
     for deterministic in (False, True):
         fn = pa.compile(conv_cost, deterministic=deterministic)
@@ -382,7 +385,7 @@ def test_row_sums_of_unrolled_taps_get_memory_based_dependences():
                        memory_based_accumulators=True)
     copies = {st.name for st in sk.kernel.statements if st.target_name == "s_rows"
               and st.origin and st.origin[-1].kind == "jam"}
-    assert len(copies) == 3
+    assert len(copies) == 9  # the taps of kw, then of kh
     pairs = set()
     deps.output["s_rows"].foreach_map(lambda m: pairs.add(
         (m.get_tuple_name(isl.dim_type.in_), m.get_tuple_name(isl.dim_type.out))))
