@@ -151,6 +151,14 @@ class PolyModel:
     def tuple_text(self, st: Statement) -> str:
         return f"{st.name}[{', '.join(isl_name(v) for v in st.loop_vars)}]"
 
+    def value_map(self, st: Statement, e: Expr) -> isl.Map:
+        """``{ S[i, ...] -> [e] }`` over the domain of ``st``: each instance -> the value of
+        the affine expression ``e`` of its iterators and the sizes (a loop variable: the
+        iteration of that loop the instance runs in)."""
+        return isl.Map.read_from_str(
+            self.ctx, f"{self.param_prefix}{{ {self.tuple_text(st)} -> [{affine_text(e)}] }}"
+        ).intersect_domain(self.domain(st))
+
     def domain(self, st: Statement) -> isl.Set:
         """The iteration domain of ``st``: its loops and affine conditions."""
         hit = self._domains.get(id(st))
@@ -1343,9 +1351,7 @@ def _tile_distances(kernel, model, axes, references, reductions, positions, inpu
     closure = closure.union(domains.identity()).coalesce()
 
     def one_dim(st: Statement, e: Expr) -> isl.Map:
-        return isl.Map.read_from_str(
-            model.ctx, f"{model.param_prefix}{{ {model.tuple_text(st)} -> [{affine_text(e)}] }}"
-        ).intersect_domain(model.domain(st)).intersect_params(pset)
+        return model.value_map(st, e).intersect_params(pset)
 
     def extent(s) -> Optional[tuple[int, int]]:
         s = s.coalesce()

@@ -30,7 +30,7 @@ from .loop_order import (add_decisions, expand_reduction_rows, interchange_for_r
                          jam_small_loops,
                          unit_stride_innermost)
 from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, dependences,
-                    isl_name, maps_of, split_boundary_pieces)
+                    maps_of, split_boundary_pieces)
 
 _REDUCTION_OPS = {"+=": "+", "-=": "+", "*=": "*"}
 
@@ -272,9 +272,7 @@ class _LoopAnalysis:
             mine = sched.intersect_domain(dom.to_union_set())
             if mine.is_empty():
                 continue
-            own = isl.Map.read_from_str(
-                self.model.ctx, f"{self.model.param_prefix}{{ {self.model.tuple_text(st)} -> "
-                                f"[{isl_name(chunk)}] }}").intersect_domain(dom)
+            own = self.model.value_map(st, ir.LoopVar(chunk))
             m = isl.Map.from_union_map(mine)
             outer = m.project_out(isl.dim_type.out, depth, 1)
             pair = outer.flat_range_product(own)
@@ -794,8 +792,6 @@ def _chunk_map(model: PolyModel, statements: list, chunk: str) -> isl.UnionMap:
     value of ``chunk`` it runs at."""
     out = None
     for st in statements:
-        own = isl.Map.read_from_str(
-            model.ctx, f"{model.param_prefix}{{ {model.tuple_text(st)} -> "
-                       f"[{isl_name(chunk)}] }}").intersect_domain(model.domain(st)).to_union_map()
+        own = model.value_map(st, ir.LoopVar(chunk)).to_union_map()
         out = own if out is None else out.union(own)
     return out

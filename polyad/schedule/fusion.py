@@ -63,7 +63,7 @@ import islpy as isl
 
 from .. import ir
 from ..ir import Binary, Condition, Const, Load, Loop, LoopVar, ScalarRef
-from ..poly import PolyModel, dependences, isl_name, maps_of, model_of
+from ..poly import PolyModel, dependences, maps_of, model_of
 from .distribute import conflicts_across_iterations
 from .gather import iterations_independent_but_sums, only_added_into
 from .nests import common_depth, loop_nests, rows_selected_by_loops
@@ -191,8 +191,7 @@ def _row_offsets(model: PolyModel, st: ir.Statement, ld: Load) -> Optional[tuple
 
 def _outer_map(model: PolyModel, st: ir.Statement) -> isl.Map:
     """{ S[i0, i1, ...] -> [i0] } over the statement's domain."""
-    text = f"{model.param_prefix}{{ {model.tuple_text(st)} -> [{isl_name(st.loops[0].var)}] }}"
-    return isl.Map.read_from_str(model.ctx, text).intersect_domain(model.domain(st))
+    return model.value_map(st, LoopVar(st.loops[0].var))
 
 
 def _flow_distances(model: PolyModel, flow: isl.UnionMap, src: list, dst: list) \
