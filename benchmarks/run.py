@@ -37,6 +37,12 @@ if str(HERE) not in sys.path:
 if importlib.util.find_spec("polyad") is None:  # a plain checkout, not pip-installed
     sys.path.insert(0, str(ROOT))
 
+# OpenBLAS's worker threads busy-wait for about 2^28 cycles (0.1 s) after each BLAS call,
+# so the numpy rows' np.vdot left both cores spinning while the next contender ran: every
+# C kernel of the deconvolution and 3-D stencil rounds took about twice its time. 2^4
+# cycles: they sleep at once (numpy stays multithreaded). Set before numpy loads OpenBLAS.
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
+
 import numpy as np  # noqa: E402
 
 import check  # noqa: E402
