@@ -52,6 +52,37 @@ def output_then_blur(x: pa.f64[M, N], t: pa.Out(pa.f64[M, N].clamped),
             z[m, n] = t[m - 1, n] + t[m, n] + t[m + 1, n]
 
 
+@pa.kernel
+def blur_then_vertical(x: pa.f64[M, N].clamped, f: pa.f64[5], y: pa.f64[M, N]) -> pa.f64:
+    t = pa.empty(pa.f64[M, N].clamped)
+    for m in range(M):
+        for n in range(N):
+            t[m, n] = f[0] * x[m, n - 1] + f[1] * x[m, n] + f[2] * x[m, n + 1]
+    C = 0.0
+    for m in range(M):
+        for n in range(N):
+            r = (f[0] * t[m - 2, n] + f[1] * t[m - 1, n] + f[2] * t[m, n]
+                 + f[3] * t[m + 1, n] + f[4] * t[m + 2, n]) - y[m, n]
+            C += r * r
+    return C
+
+
+@pa.kernel
+def blur_then_vertical_and_next_column(x: pa.f64[M, N].clamped, f: pa.f64[5],
+                                       y: pa.f64[M, N]) -> pa.f64:
+    t = pa.empty(pa.f64[M, N].clamped)
+    for m in range(M):
+        for n in range(N):
+            t[m, n] = f[0] * x[m, n - 1] + f[1] * x[m, n] + f[2] * x[m, n + 1]
+    C = 0.0
+    for m in range(M):
+        for n in range(N):
+            r = (f[0] * t[m - 2, n] + f[1] * t[m - 1, n] + f[2] * t[m, n]
+                 + f[3] * t[m + 1, n] + f[4] * t[m + 2, n + 1]) - y[m, n]
+            C += r * r
+    return C
+
+
 # one chunk; several, the last of one row (its border scatter comes from two chunks), of
 # two rows, of CHUNK_ROWS - 1 rows
 SIZES = [(1, 1), (2, 3), (3, 4), (5, 7), (70, 9), (2 * CHUNK_ROWS + 1, 4),
@@ -94,6 +125,52 @@ def test_deconvolution_gradient_keeps_blur_rows_per_thread():
     # on by default: every buffer is rows of one dimension
     assert text in pa.explain(g) and text in pa.explain(g, fuse=None)
     assert "fused the nests" not in pa.explain(g, fuse=False)
+
+
+def test_the_row_loops_of_a_fused_step_run_as_one_loop():
+    """``jam_row_loops``: in the fused deconvolution gradient's step the blur row (S2), the
+    residual row with its d_f sums (S3-S13) and the d_t row (S6-S14) run in one loop over
+    ``n``; the d_x row (S15-S24), which reads d_t two columns either side, keeps its own
+    loop (jammed, it would read columns of d_t not yet written)."""
+    g = pa.grad(deconv_cost, wrt=["x", "f"])
+    sk = compile_kernel(g.ir, Options(fuse=True)).scheduled
+    jams = [d for d in sk.schedule_decisions if d.startswith("jammed")]
+    assert jams == [
+        "jammed the row loop of zero_d_t, S3, S4, S5, S7, S9, S11, S13 into that of S2 (loop n "
+        "inside m): what one reads of the other is accessed in the same iteration",
+        "jammed the row loop of S6, S8, S10, S12, S14 into that of zero_d_t, S2, S3, S4, S5, "
+        "S7, S9, S11, S13 (loop n inside m): what one reads of the other is accessed in the "
+        "same iteration"], sk.schedule_decisions
+    loops = {st.owner: st.position[:3] for st in sk.kernel.statements
+             if st.loops and st.loops[0].var == "m_chunk"}
+    assert loops["S2"] == loops["S3"] == loops["S6"] != loops["S15"]
+    assert "jammed the row loop of zero_d_t" in pa.explain(g)
+    assert "jammed" not in pa.explain(g, fuse=False)
+
+
+@pytest.mark.parametrize("kernel, jammed", [(blur_then_vertical, True),
+                                            (blur_then_vertical_and_next_column, False)])
+def test_row_loops_are_jammed_only_where_each_column_is_read_where_it_is_written(kernel,
+                                                                                 jammed):
+    """The residual row reading the blurred rows at its own column shares the blur's row
+    loop; reading row ``m + 2`` at the next column (``t[m + 2, n + 1]``, the row the step
+    writes) it does not: that column would not be written yet. Forward and gradient
+    against the interpreter, at sizes around the chunk height."""
+    sk = compile_kernel(kernel.ir, Options()).scheduled
+    assert any(d.startswith("fused the nests") for d in sk.schedule_decisions)
+    assert any(d.startswith("jammed the row loop of S2, S3 into that of S0")
+               for d in sk.schedule_decisions) == jammed, sk.schedule_decisions
+    g = pa.grad(kernel, wrt=["x", "f"])
+    fwd, grad = pa.compile(kernel), pa.compile(g)
+    rng = np.random.default_rng(14)
+    for m, n in SIZES:
+        x, f, y = rng.standard_normal((m, n)), rng.standard_normal(5), rng.standard_normal((m, n))
+        want, _ = interpret(kernel.ir, dict(x=x, f=f, y=y), dict(M=m, N=n))
+        np.testing.assert_allclose(fwd(x, f, y), want, rtol=1e-12, err_msg=f"{m}x{n}")
+        dx, df = grad(x, f, y)
+        _, want = interpret(g.ir, dict(x=x, f=f, y=y), dict(M=m, N=n))
+        np.testing.assert_allclose(dx, want["d_x"], rtol=1e-12, atol=1e-12, err_msg=f"{m}x{n}")
+        np.testing.assert_allclose(df, want["d_f"], rtol=1e-12, atol=1e-10, err_msg=f"{m}x{n}")
 
 
 def test_buffers_of_planes_are_fused_only_when_asked():

@@ -21,7 +21,8 @@ from .cleanup import (assign_first_updates, drop_zero_updates, forward_copies,
                       fuse_independent_nests, fuse_zero_initialization, remove_dead_statements,
                       updates_in_place)
 from .distribute import distribute_after_scatters, expand_and_distribute
-from .fusion import fuse_along_shared_loops, fuse_pipelines, rows_per_iteration
+from .fusion import (fuse_along_shared_loops, fuse_pipelines, jam_row_loops,
+                     rows_per_iteration)
 from .gather import ascending_order_free_nests, scatter_to_gather, small_target
 from .split import split_conflicting_instances
 from .tiling import tile_schedule
@@ -498,7 +499,8 @@ def _schedule_kernel(kernel: ir.Kernel,
     if fuse is not False:
         with clock.stage("pipeline fusion", len(split.statements)):
             split, pipelines = fuse_pipelines(split, model, every=fuse is True)
-        fusions += pipelines
+            split, jams = jam_row_loops(split, model)
+        fusions += pipelines + jams
     with clock.stage("loop order", len(split.statements)):
         split, loop_orders = expand_reduction_rows(split, model, per_thread=unit_stride)
         split, reordered = unit_stride_innermost(split)

@@ -347,6 +347,69 @@ def _fuse(kernel: ir.Kernel, model: Optional[PolyModel], chain: list, every: boo
     return _rewrite(kernel, chain, temps, shift, back, lead_in, heights, sums)
 
 
+def jam_row_loops(kernel: ir.Kernel, model: Optional[PolyModel] = None) \
+        -> tuple[ir.Kernel, list[str]]:
+    """Run consecutive loops of a fused chain's row step as one loop.
+
+    ``fuse_pipelines`` leaves each member's loop over the row (``n``) apart inside the
+    step over ``m``: the deconvolution gradient's step computes row ``m + 4`` of ``t``
+    from ``x``, then row ``m + 2`` of ``r`` and ``d_r`` from ``t``, then row ``m`` of
+    ``d_t`` from ``d_r``, each a pass over the row buffers. Run as one loop over ``n``,
+    each value is used while in a register, the reads of ``x`` and ``y`` (the two
+    streams from memory) overlap each other and the arithmetic, and the row buffers
+    are walked once: the loop a careful engineer writes by hand.
+
+    Legality: two consecutive loops of a chunked step (the same loop, ascending, with
+    nothing between them), whose statements share no scalar, are run as one when no
+    element both touch (one of them writing it) is touched in different iterations of
+    the loop within one step (``distribute.conflicts_across_iterations``,
+    memory-based): every dependence between the two then joins instances of the same
+    iteration, where the first's statements still run before the second's, and each
+    loop's own instances keep their order. The ``d_x`` loop, which reads ``d_t`` two
+    columns either side, stays a loop of its own. Returns the kernel and one line per
+    joined pair.
+    """
+    decisions = []
+    locals_ = {n for n, _ in kernel.locals}
+    chunk_loops = {t.chunk for t in kernel.temps if t.role == "rows"}
+    while True:
+        for first, second in _adjacent_row_loops(kernel, chunk_loops):
+            if _names(first) & _names(second) & locals_:
+                continue
+            if conflicts_across_iterations(model_of(kernel, model), first, second, 2, 3):
+                continue
+            kernel = _fused_at(kernel, first, second, 3)
+            decisions.append(
+                f"jammed the row loop of {_owners(second)} into that of {_owners(first)} "
+                f"(loop {first[0].loops[2].var} inside {first[0].loops[1].var}): what one "
+                f"reads of the other is accessed in the same iteration")
+            break
+        else:
+            return kernel, decisions
+
+
+def _adjacent_row_loops(kernel: ir.Kernel, chunk_loops: set) -> list:
+    """Pairs of statement groups, each the statements at one position of a chunked nest's
+    step (chunk loop, step loop) that run in loops over one range at depth 3 (a zeroing
+    loop of its own variable among them: the schedule runs loops at one position as one),
+    the second right after the first in the step."""
+    steps: dict = {}
+    for st in kernel.statements:
+        if st.loops and st.loops[0].var in chunk_loops and len(st.loops) >= 2:
+            steps.setdefault(st.position[:2], {}).setdefault(st.position[2], []).append(st)
+    pairs = []
+    for members in steps.values():
+        order = sorted(members)
+        for a, b in zip(order, order[1:]):
+            first, second = members[a], members[b]
+            loop = first[0].loops[2] if len(first[0].loops) > 2 else None
+            if (loop is not None and loop.step > 0
+                    and all(len(st.loops) > 2 and st.loops[2].step == loop.step
+                            and _same_range(st.loops[2], loop) for st in first + second)):
+                pairs.append((first, second))
+    return pairs
+
+
 def _fresh(kernel: ir.Kernel, name: str) -> str:
     """``name``, or it with underscores in front, used by no name of ``kernel`` (arrays
     and statements share ISL's tuple names; scalars, sizes and loops the C scope)."""
