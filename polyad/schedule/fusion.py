@@ -255,10 +255,13 @@ def fuse_pipelines(kernel: ir.Kernel, model: Optional[PolyModel] = None,
     docstring). ``every=False`` (the default mode of ``pa.compile``): only chains whose
     buffers are rows of one dimension (temporaries of two dimensions), which stay in
     cache (a buffer of planes, the 3-D stencil gradient's 3 planes of 256 x 256 doubles
-    per thread, is as large as a core's L2 and gains nothing), and where a producer runs
-    ahead (a row read in the step that writes it is what ``fuse_along_shared_loops``
-    and ``rows_per_iteration`` keep as one row, without chunks). Returns the kernel and
-    one line per fused chain, or per chain not fused, saying why."""
+    per thread, is as large as a core's L2: it ran 5-14 % faster on the benchmark
+    machine, whose last-level cache held the arrays, for about 2 s more compile time, and
+    a larger plane, which the compiler cannot rule out, would leave every cache), and
+    where a producer runs ahead (a row read in the step that writes it is what
+    ``fuse_along_shared_loops`` and ``rows_per_iteration`` keep as one row, without
+    chunks). Returns the kernel and one line per fused chain, or per chain not fused,
+    saying why."""
     decisions = []
     done: set = set()
     while True:
