@@ -131,8 +131,13 @@ class Kernel:
             art = self._artifacts.get(options.source_options)
             # On a pipeline cache miss the artifact is made (and kept) by
             # self.artifact, so that targets of one schedule family share a schedule.
-            self._compiled[options] = options.target_object.load(
-                build_kernel(self.ir, options, art, lambda: self.artifact(options)), sanitize)
+            build = build_kernel(self.ir, options, art, lambda: self.artifact(options))
+            function = options.target_object.load(build, sanitize)
+            if build.chunked_extents:
+                function.run_unfused_when_unbalanced(
+                    build.chunked_extents,
+                    lambda: self.compile(target, sanitize, deterministic, tile, fuse=False))
+            self._compiled[options] = function
         return self._compiled[options]
 
     @property
@@ -247,8 +252,9 @@ def compile(k: Kernel, target: str = "openmp", sanitize: Optional[str] = None,
     bounded window of rows, runs in that nest's loop, a few rows behind it, and the
     temporary shrinks to the rows still live, per thread (``pa.explain``: "fused the
     nests of S2 into the nest of S4 at depth 1 ...: t kept as 5 rows per thread").
-    None (default): where the buffers are rows of one dimension and a producer runs
-    ahead; True: also buffers of planes; False: never.
+    None (default): where a producer runs ahead, and at run time only for the calls
+    whose chunks of rows keep every thread busy (the others run the unfused schedule,
+    compiled on first use); True: also where none runs ahead, at every size; False: never.
     """
     if not isinstance(k, Kernel):
         raise TypeError(f"pa.compile() takes a @pa.kernel, got {type(k).__name__}")

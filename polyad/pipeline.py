@@ -43,8 +43,9 @@ class Options:
     cache model's tile sizes, False for none, or the sizes (positive integers,
     outermost loop first; the last repeats for deeper loops). ``fuse``: fuse chains of
     producer and consumer nests through rolling row buffers (``schedule.fusion``; targets
-    whose threads run chunks of rows only, OpenMP): None (default) where every buffer
-    is rows of one dimension, True also buffers of planes, False never.
+    whose threads run chunks of rows only, OpenMP): None (default) where a producer runs
+    ahead, for the calls whose chunks keep the threads busy (the others run the unfused
+    schedule), True also where none runs ahead and at every size, False never.
     """
 
     target: str = "openmp"
@@ -59,8 +60,8 @@ class Options:
             raise ValueError("sanitize must be None or 'address'")
         object.__setattr__(self, "deterministic", bool(self.deterministic))
         if not (self.fuse is None or isinstance(self.fuse, bool)):
-            raise ArgumentError(f"fuse must be None (fuse chains whose row buffers are rows "
-                                f"of one dimension), True (every chain) or False (none); "
+            raise ArgumentError(f"fuse must be None (fuse chains where a producer runs "
+                                f"ahead), True (every chain) or False (none); "
                                 f"got {self.fuse!r}")
         if self.tile not in (None, False):
             sizes = (self.tile,) if isinstance(self.tile, int) else tuple(self.tile)
@@ -105,7 +106,7 @@ class Artifact:
     def build(self) -> "Build":
         sk = self.scheduled
         return Build(sk.kernel, self.source, self.signature, tuple(sk.requirements),
-                     tuple(sk.model.params))
+                     tuple(sk.model.params), sk.chunked_extents)
 
 
 @dataclass(frozen=True)
@@ -115,8 +116,11 @@ class Build:
     ``kernel``: the piece-split IR the source was emitted from; ``source``;
     ``signature``: its entry point's CSignature; ``requirements``: the size
     conditions checked before a call (``poly.SizeRequirement``); ``param_names``:
-    the ISL parameter names in order. Picklable: the pipeline cache stores it,
-    so a new process loads a compiled kernel without running any stage.
+    the ISL parameter names in order; ``chunked_extents``: the extents of the loops
+    fused chains run in chunks, where the fusion was the default's choice (the loader
+    runs the unfused build for a call whose chunks leave threads idle). Picklable: the
+    pipeline cache stores it, so a new process loads a compiled kernel without running
+    any stage.
     """
 
     kernel: ir.Kernel
@@ -124,6 +128,7 @@ class Build:
     signature: object
     requirements: tuple
     param_names: tuple
+    chunked_extents: tuple = ()
 
 
 def pipeline_key(ir_kernel: ir.Kernel, options: Options) -> str:

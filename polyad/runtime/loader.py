@@ -30,6 +30,7 @@ import numpy as np
 from .. import callconv, ir
 from ..errors import ArgumentError, DTypeError, ShapeError
 from ..ir import SizeVar
+from ..schedule.fusion import chunks_balanced
 from . import budget, threads
 from .arrays import as_array_argument
 from .toolchain import load_library
@@ -255,6 +256,12 @@ class KernelFunction:
         # Bytes the temporaries may take (``memory=`` of pa.grad & co.; None: the default
         # budget, see ``polyad.runtime.budget``). Checked whenever a call allocates them.
         self.memory_budget = None
+        # Fused chains' chunked loops (their extents as functions of the value list) and
+        # the maker of the unfused kernel function run where their chunks leave threads
+        # idle (``run_unfused_when_unbalanced``); None: always this one.
+        self._chunked = None
+        self._make_unfused = None
+        self._unfused = None
         self.__name__ = kernel.name
         self.__signature__ = callconv.signature(kernel)
         self.__doc__ = callconv.docstring(kernel)
@@ -280,6 +287,27 @@ class KernelFunction:
         info = np.iinfo(p.type.np)
         return _ParamSpec(p, _INT, None, 0, False, None, int(info.min), int(info.max),
                           self._slot.get(p.name, -1))
+
+    def run_unfused_when_unbalanced(self, extents, unfused: Callable[[], "KernelFunction"]) \
+            -> None:
+        """Run ``unfused()`` (made on first use; the same kernel compiled with
+        ``fuse=False``) for the calls where the chunks of ``CHUNK_ROWS`` rows of the loops
+        of ``extents`` (IR expressions of the sizes: ``Build.chunked_extents``) would keep
+        a thread busy for less than ``BALANCED`` of the busiest one's time, on the threads
+        the call gets (``schedule.fusion.chunks_balanced``)."""
+        fns = tuple(_compile_extent(e, self._slot) for e in extents)
+        if fns and None not in fns:
+            self._chunked = fns
+            self._make_unfused = unfused
+
+    def _unbalanced(self, v: list) -> Optional["KernelFunction"]:
+        """The unfused kernel function where the sizes ``v`` leave threads idle, else None."""
+        n = threads.call_threads()
+        if all(chunks_balanced(fn(v), n) for fn in self._chunked):
+            return None
+        if self._unfused is None:
+            self._unfused = self._make_unfused()
+        return self._unfused
 
     # ---- plans ----------------------------------------------------------
     def _plan(self, args: tuple, kwargs: dict) -> _CallPlan:
@@ -427,6 +455,10 @@ class KernelFunction:
                     self._check_requirements_values(tuple(v))
             elif bad(v):
                 self._check_requirements_values(tuple(v))  # raises, naming the condition
+        if self._chunked is not None:
+            unfused = self._unbalanced(v)
+            if unfused is not None:
+                return unfused(*args, **kwargs)
         if plan.allocate:
             values = list(values)  # the allocated outputs take their places
             for i, shape in plan.allocate:

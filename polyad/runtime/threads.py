@@ -94,6 +94,14 @@ class num_threads:
         return False
 
 
+def call_threads() -> int:
+    """The threads a kernel call this Python thread starts now gets (``begin_call``'s
+    choice, before it counts the call)."""
+    limits = _local.limits
+    n = limits[-1] if limits else None
+    return n if n is not None else max(1, cores() // (len(_running) + 1))
+
+
 def begin_call() -> Optional[int]:
     """Called just before a kernel's C function: set this thread's OpenMP limit when one
     is asked for or other calls are running; returns the limit to restore (or None)."""

@@ -21,8 +21,8 @@ from .cleanup import (assign_first_updates, drop_zero_updates, forward_copies,
                       fuse_independent_nests, fuse_zero_initialization, remove_dead_statements,
                       updates_in_place)
 from .distribute import distribute_after_scatters, expand_and_distribute
-from .fusion import (fuse_along_shared_loops, fuse_pipelines, jam_row_loops,
-                     rows_per_iteration)
+from .fusion import (BALANCED, CHUNK_ROWS, chunked_extents, fuse_along_shared_loops,
+                     fuse_pipelines, jam_row_loops, rows_per_iteration)
 from .gather import ascending_order_free_nests, scatter_to_gather, small_target
 from .split import split_conflicting_instances
 from .tiling import tile_schedule
@@ -124,6 +124,9 @@ class ScheduledKernel:
     fused_initializations: tuple = ()
     schedule_decisions: tuple = ()
     loop_orders: dict = field(default_factory=dict)  # statement -> loop order decision
+    # The extents of the loops fused chains run in chunks, when fusing was the default's
+    # choice (fuse=None): a call whose chunks leave threads idle runs the unfused schedule.
+    chunked_extents: tuple = ()
 
     def statement(self, name: str) -> ir.Statement:
         return self._by_name[name]
@@ -439,9 +442,10 @@ def schedule_kernel(kernel: ir.Kernel,
     tuple of sizes, False not at all.
     ``fuse``: fuse chains of producer and consumer nests through rolling row buffers
     (``fusion.fuse_pipelines``; for targets whose threads run whole chunks of a loop):
-    True every chain, None those whose buffers are rows of one dimension and whose
-    chunks then run on threads with their own buffers (else the kernel is scheduled
-    unfused), False none.
+    True every chain, None those where a producer runs ahead and whose chunks then run on
+    threads with their own buffers (else the kernel is scheduled unfused; the result's
+    ``chunked_extents`` name the chunked loops, for the runtime's choice of the unfused
+    schedule where the chunks leave threads idle), False none.
     """
     scheduled = _schedule_kernel(kernel, score, clock, unit_stride, tile, fuse)
     if fuse is None:
@@ -453,6 +457,14 @@ def schedule_kernel(kernel: ir.Kernel,
                    f"would run in order")
             return dataclasses.replace(
                 plain, schedule_decisions=plain.schedule_decisions + (why,))
+        extents = chunked_extents(scheduled.kernel)
+        if extents:
+            loops = " and of ".join(ir.expr_str(e) for e in extents)
+            when = (f"at run time, a call whose chunks of {CHUNK_ROWS} rows of {loops} would "
+                    f"keep a thread busy for less than {BALANCED:.0%} of the busiest one's "
+                    f"time runs the unfused schedule (fuse=False), compiled on first use")
+            return dataclasses.replace(scheduled, chunked_extents=extents,
+                                       schedule_decisions=scheduled.schedule_decisions + (when,))
     return scheduled
 
 

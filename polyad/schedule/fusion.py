@@ -16,7 +16,9 @@ rows still live, a rolling buffer indexed by the row modulo its height. For
 parallelism the loop over ``m`` is cut into chunks of ``CHUNK_ROWS`` rows; each
 chunk has its own buffers (private to the thread that runs it) and first
 recomputes the producer rows its first consumer rows read (the rows the previous
-chunk also computes): the line-buffered loop a careful engineer writes by hand.
+chunk also computes): the line-buffered loop a careful engineer writes by hand. Where
+the chunks of a call's sizes would leave threads idle, a default compilation runs the
+unfused schedule for that call (``chunked_extents``).
 
 Buffer or recompute: a producer row is read by several consumer rows (five for a
 5-tap window): recomputing it per reader repeats its work once per tap, a buffer
@@ -69,6 +71,24 @@ from .gather import iterations_independent_but_sums, only_added_into
 from .nests import common_depth, loop_nests, rows_selected_by_loops
 
 CHUNK_ROWS = 64
+# A call runs a fused chain when its chunks keep every thread busy for at least this
+# share of the busiest thread's time: fusing gained 10-30 % where the threads balance
+# (the deconvolution gradient at 2048^2, the 3-D stencil's at 256^3), and lost 8-68 %
+# with one thread idle or one running twice the others' chunks (64-192 planes of
+# 256^2 doubles, images of 64-100 rows, on 2 threads).
+BALANCED = 0.8
+
+
+def chunks_balanced(extent: int, threads: int) -> bool:
+    """Do the chunks of ``CHUNK_ROWS`` rows of a loop of ``extent`` rows, dealt to
+    ``threads`` threads round-robin (``schedule(static, 1)``), keep every thread busy
+    for at least ``BALANCED`` of the busiest thread's time?"""
+    if extent <= 0 or threads <= 1:
+        return True
+    full, rest = divmod(extent, CHUNK_ROWS)
+    busiest = max(CHUNK_ROWS * -(-(full - t) // threads) + (rest if t == full % threads else 0)
+                  for t in range(min(threads, full + (rest > 0))))
+    return extent >= BALANCED * threads * busiest
 
 
 def _i(v: int) -> Const:
@@ -252,16 +272,14 @@ def _natural(name: str):
 def fuse_pipelines(kernel: ir.Kernel, model: Optional[PolyModel] = None,
                    every: bool = True) -> tuple[ir.Kernel, list]:
     """Fuse chains of producer and consumer nests through rolling row buffers (module
-    docstring). ``every=False`` (the default mode of ``pa.compile``): only chains whose
-    buffers are rows of one dimension (temporaries of two dimensions), which stay in
-    cache (a buffer of planes, the 3-D stencil gradient's 3 planes of 256 x 256 doubles
-    per thread, is as large as a core's L2: it ran 5-14 % faster on the benchmark
-    machine, whose last-level cache held the arrays, for about 2 s more compile time, and
-    a larger plane, which the compiler cannot rule out, would leave every cache), and
-    where a producer runs ahead (a row read in the step that writes it is what
+    docstring). ``every=False`` (the default mode of ``pa.compile``): only chains where a
+    producer runs ahead (a row read in the step that writes it is what
     ``fuse_along_shared_loops`` and ``rows_per_iteration`` keep as one row, without
-    chunks). Returns the kernel and one line per fused chain, or per chain not fused,
-    saying why."""
+    chunks). Buffers of planes are fused too: the 3-D stencil gradient's 3 planes per
+    thread ran 12-15 % faster at 256^3 and 512^3 (6 MiB of planes per thread, past the
+    L2), and where a fused chain's chunks would leave threads idle the call runs the
+    unfused schedule (``chunked_extents``). Returns the kernel and one line per fused
+    chain, or per chain not fused, saying why."""
     decisions = []
     done: set = set()
     while True:
@@ -289,8 +307,8 @@ def fuse_pipelines(kernel: ir.Kernel, model: Optional[PolyModel] = None,
 
 def _fuse(kernel: ir.Kernel, model: Optional[PolyModel], chain: list, every: bool):
     """(fused kernel, decision) or (None, why not) for the nests ``chain`` (producers
-    first, the consumer last); ``every``: also where a buffered row has several
-    dimensions or no producer runs ahead (``fuse_pipelines``)."""
+    first, the consumer last); ``every``: also where no producer runs ahead
+    (``fuse_pipelines``)."""
     pm = model_of(kernel, model)
     # what each producer writes for the later members (its sums into kernel arrays aside)
     sums = [_sums(kernel, n, [st for b in chain[j + 1:] for st in b])
@@ -300,11 +318,6 @@ def _fuse(kernel: ir.Kernel, model: Optional[PolyModel], chain: list, every: boo
     flat = [v for v in temps if len(kernel.array_type(v).shape) < 2]
     if flat:
         return None, f"not fused: {flat[0]!r} has no rows (one dimension)"
-    deep = [v for v in temps if len(kernel.array_type(v).shape) > 2]
-    if deep and not every:
-        return None, (f"not fused: a row of {deep[0]!r} is a plane of "
-                      f"{len(kernel.array_type(deep[0]).shape) - 1} dimensions, and a buffer "
-                      f"of planes per thread stays in no cache (fuse=True fuses it)")
     deps = dependences(pm, variables=set(temps), flow_only=frozenset(temps))
     writer = {v: j for j, written in enumerate(produced) for v in written}
     k = len(chain)
@@ -436,7 +449,7 @@ def _rewrite(kernel: ir.Kernel, chain: list, temps: list, shift: list, back: lis
     chunk = _fresh(kernel, f"{m}_chunk")
     rows_name = {v: _fresh(kernel, f"{v}_rows") for v in temps}
     c, step = LoopVar(chunk), LoopVar(m)
-    extent = _sub(loop.hi, loop.lo)
+    extent = loop.hi if loop.lo == _i(0) else _sub(loop.hi, loop.lo)
     ch = _i(CHUNK_ROWS)
     start = _mul(c, ch)                                    # first row of the chunk - lo
     chunk_loop = Loop(chunk, _i(0), Binary("//", _add(extent, _i(CHUNK_ROWS - 1)), ch, ir.i64))
@@ -502,6 +515,23 @@ def _rewrite(kernel: ir.Kernel, chain: list, temps: list, shift: list, back: lis
             f"runs in chunks of {CHUNK_ROWS} rows, each recomputing the {lead_in} producer "
             f"steps before its first row; {why}")
     return fused, text
+
+
+def chunked_extents(kernel: ir.Kernel) -> tuple:
+    """The extents (IR expressions of the sizes) of the loops that fused chains of
+    ``kernel`` run in chunks of ``CHUNK_ROWS`` rows, one per chunk loop. A chunk loop has
+    ``ceil(extent / CHUNK_ROWS)`` iterations, one thread each: where that leaves threads
+    idle (a 3-D stencil of 100 planes, a 2-D image of 64 rows, on 2 threads) the default
+    compilation runs the unfused schedule instead (``runtime.loader``)."""
+    chunks = {t.chunk for t in kernel.temps if t.role == "rows"}
+    extents = {}
+    for st in kernel.statements:
+        if st.loops and st.loops[0].var in chunks:
+            # the chunk loop's bound as _rewrite makes it: (extent + CHUNK_ROWS - 1) // CHUNK_ROWS
+            hi = st.loops[0].hi
+            assert hi.op == "//" and hi.a.op == "+", hi
+            extents.setdefault(st.loops[0].var, hi.a.a)
+    return tuple(extents[c] for c in sorted(extents))
 
 
 def fuse_along_shared_loops(kernel: ir.Kernel, model: Optional[PolyModel] = None) \
