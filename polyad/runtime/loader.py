@@ -303,7 +303,10 @@ class KernelFunction:
     def _unbalanced(self, v: list) -> Optional["KernelFunction"]:
         """The unfused kernel function where the sizes ``v`` leave threads idle, else None."""
         n = threads.call_threads()
-        if all(chunks_balanced(fn(v), n) for fn in self._chunked):
+        for fn in self._chunked:
+            if not chunks_balanced(fn(v), n):
+                break
+        else:
             return None
         if self._unfused is None:
             self._unfused = self._make_unfused()

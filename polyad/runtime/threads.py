@@ -99,7 +99,11 @@ def call_threads() -> int:
     choice, before it counts the call)."""
     limits = _local.limits
     n = limits[-1] if limits else None
-    return n if n is not None else max(1, cores() // (len(_running) + 1))
+    if n is not None:
+        return n
+    if not _running:  # alone: OpenMP's own default team
+        return (_omp or _openmp()).omp_get_max_threads()
+    return max(1, cores() // (len(_running) + 1))
 
 
 def begin_call() -> Optional[int]:

@@ -83,7 +83,9 @@ def chunks_balanced(extent: int, threads: int) -> bool:
     """Do the chunks of ``CHUNK_ROWS`` rows of a loop of ``extent`` rows, dealt to
     ``threads`` threads round-robin (``schedule(static, 1)``), keep every thread busy
     for at least ``BALANCED`` of the busiest thread's time?"""
-    if extent <= 0 or threads <= 1:
+    if threads <= 1 or extent >= 5 * CHUNK_ROWS * threads:
+        return True  # (with 4 chunks per thread or more, the busiest runs at most 5 / 4 of them)
+    if extent <= 0:
         return True
     full, rest = divmod(extent, CHUNK_ROWS)
     busiest = max(CHUNK_ROWS * -(-(full - t) // threads) + (rest if t == full % threads else 0)
