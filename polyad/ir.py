@@ -762,7 +762,7 @@ def within_extent(e: Expr, extent: Expr) -> Expr:
 
 
 def fold_integer_constants(e: Expr) -> Expr:
-    """Fold integer ``+ - *`` of constants and drop ``x + 0``, ``x * 1``, ``x * 0``.
+    """Fold integer ``+ - * // %`` of constants and drop ``x + 0``, ``x * 1``, ``x * 0``.
 
     Used on index expressions after loop variables were replaced by the
     iterators of generated code, so ``g[0 * N + 0]`` reads ``g[0]``.
@@ -772,6 +772,10 @@ def fold_integer_constants(e: Expr) -> Expr:
         return isinstance(x, Const) and not x.dtype.is_float and (v is None or x.value == v)
 
     def fn(x):
+        if (isinstance(x, Binary) and x.op in ("//", "%") and not x.dtype.is_float
+                and is_int(x.a) and is_int(x.b) and x.b.value != 0):  # Python's, as eval_integer
+            return Const(x.a.value // x.b.value if x.op == "//" else x.a.value % x.b.value,
+                         x.dtype)
         if isinstance(x, Unary) and x.op == "neg" and not x.dtype.is_float:
             if is_int(x.a):
                 return Const(-x.a.value, x.dtype)

@@ -475,7 +475,9 @@ def _rewrite(kernel: ir.Kernel, chain: list, temps: list, shift: list, back: lis
         def to_rows(x, rename=rename):
             # (bottom-up: the index is already renamed)
             if isinstance(x, Load) and x.array in rows_name:
-                head = Binary("%", x.index[0], _i(heights[x.array]), ir.i64)
+                # (a buffer of one row: its only slot, not the row modulo 1)
+                head = (Binary("%", x.index[0], _i(heights[x.array]), ir.i64)
+                        if heights[x.array] > 1 else _i(0))
                 return Load(rows_name[x.array], (head,) + x.index[1:], x.dtype)
             if isinstance(x, LoopVar) and x.name in rename:
                 return rename[x.name]
