@@ -75,7 +75,7 @@ CHUNK_ROWS = 64
 # share of the busiest thread's time: fusing gained 10-30 % where the threads balance
 # (the deconvolution gradient at 2048^2, the 3-D stencil's at 256^3), and lost 8-68 %
 # with one thread idle or one running twice the others' chunks (64-192 planes of
-# 256^2 doubles, images of 64-100 rows, on 2 threads).
+# 256^2 doubles, images of 64-100 rows, on 2 threads; 2.3x with 8 planes of 4096^2).
 BALANCED = 0.8
 
 
@@ -83,9 +83,8 @@ def chunks_balanced(extent: int, threads: int) -> bool:
     """Do the chunks of ``CHUNK_ROWS`` rows of a loop of ``extent`` rows, dealt to
     ``threads`` threads round-robin (``schedule(static, 1)``), keep every thread busy
     for at least ``BALANCED`` of the busiest thread's time?"""
-    if threads <= 1 or extent >= 5 * CHUNK_ROWS * threads:
-        return True  # (with 4 chunks per thread or more, the busiest runs at most 5 / 4 of them)
-    if extent <= 0:
+    # (with 5 chunks per thread or more, the busiest runs at most 6 / 5 of the average)
+    if threads <= 1 or extent <= 0 or extent >= 5 * CHUNK_ROWS * threads:
         return True
     full, rest = divmod(extent, CHUNK_ROWS)
     busiest = max(CHUNK_ROWS * -(-(full - t) // threads) + (rest if t == full % threads else 0)
@@ -277,9 +276,9 @@ def fuse_pipelines(kernel: ir.Kernel, model: Optional[PolyModel] = None,
     docstring). ``every=False`` (the default mode of ``pa.compile``): only chains where a
     producer runs ahead (a row read in the step that writes it is what
     ``fuse_along_shared_loops`` and ``rows_per_iteration`` keep as one row, without
-    chunks). Buffers of planes are fused too: the 3-D stencil gradient's 3 planes per
-    thread ran 12-15 % faster at 256^3 and 512^3 (6 MiB of planes per thread, past the
-    L2), and where a fused chain's chunks would leave threads idle the call runs the
+    chunks). Buffers of planes are fused too: the 3-D stencil gradient with 3 planes per
+    thread ran 14-25 % faster at 256^3 and 512^3 (at 512^3 f64, 6 MiB of planes per
+    thread, past the L2), and where a fused chain's chunks would leave threads idle the call runs the
     unfused schedule (``chunked_extents``). Returns the kernel and one line per fused
     chain, or per chain not fused, saying why."""
     decisions = []
