@@ -253,8 +253,9 @@ def compile(k: Kernel, target: str = "openmp", sanitize: Optional[str] = None,
     temporary shrinks to the rows still live, per thread (``pa.explain``: "fused the
     nests of S2 into the nest of S4 at depth 1 ...: t kept as 5 rows per thread").
     None (default): where a producer runs ahead, and at run time only for the calls
-    whose chunks of rows keep every thread busy (the others run the unfused schedule,
-    compiled on first use); True: also where none runs ahead, at every size; False: never.
+    whose chunks of rows keep every thread busy or that are small (the others, of 2^20
+    points or more, run the unfused schedule, compiled on first use); True: also where
+    none runs ahead, at every size; False: never.
     """
     if not isinstance(k, Kernel):
         raise TypeError(f"pa.compile() takes a @pa.kernel, got {type(k).__name__}")

@@ -21,8 +21,9 @@ from .cleanup import (assign_first_updates, drop_zero_updates, forward_copies,
                       fuse_independent_nests, fuse_zero_initialization, remove_dead_statements,
                       updates_in_place)
 from .distribute import distribute_after_scatters, expand_and_distribute
-from .fusion import (BALANCED, CHUNK_ROWS, chunked_extents, fuse_along_shared_loops,
-                     fuse_pipelines, jam_row_loops, rows_per_iteration)
+from .fusion import (BALANCED, CHUNK_ROWS, UNFUSED_FROM_POINTS, chunked_extents,
+                     fuse_along_shared_loops, fuse_pipelines, jam_row_loops,
+                     rows_per_iteration)
 from .gather import ascending_order_free_nests, scatter_to_gather, small_target
 from .split import split_conflicting_instances
 from .tiling import tile_schedule
@@ -460,9 +461,10 @@ def schedule_kernel(kernel: ir.Kernel,
         extents = chunked_extents(scheduled.kernel)
         if extents:
             loops = " and of ".join(ir.expr_str(e) for e in extents)
-            when = (f"at run time, a call whose chunks of {CHUNK_ROWS} rows of {loops} would "
-                    f"keep a thread busy for less than {BALANCED:.0%} of the busiest one's "
-                    f"time runs the unfused schedule (fuse=False), compiled on first use")
+            when = (f"at run time, a call of 2^{UNFUSED_FROM_POINTS.bit_length() - 1} points "
+                    f"or more whose chunks of {CHUNK_ROWS} rows of {loops} would keep a "
+                    f"thread busy for less than {BALANCED:.0%} of the busiest one's time runs "
+                    f"the unfused schedule (fuse=False), compiled on first use")
             return dataclasses.replace(scheduled, chunked_extents=extents,
                                        schedule_decisions=scheduled.schedule_decisions + (when,))
     return scheduled

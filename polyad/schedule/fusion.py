@@ -77,6 +77,11 @@ CHUNK_ROWS = 64
 # with one thread idle or one running twice the others' chunks (64-192 planes of
 # 256^2 doubles, images of 64-100 rows, on 2 threads; 2.3x with 8 planes of 4096^2).
 BALANCED = 0.8
+# ... and only a call of at least this many points (the product of the sizes) runs the
+# unfused schedule, which costs a compilation (1-5 s) on first use: below it, where the
+# fused call takes well under a millisecond, an idle thread costs less than that
+# compilation would in thousands of calls.
+UNFUSED_FROM_POINTS = 1 << 20
 
 
 def chunks_balanced(extent: int, threads: int) -> bool:
@@ -525,7 +530,8 @@ def chunked_extents(kernel: ir.Kernel) -> tuple:
     ``kernel`` run in chunks of ``CHUNK_ROWS`` rows, one per chunk loop. A chunk loop has
     ``ceil(extent / CHUNK_ROWS)`` iterations, one thread each: where that leaves threads
     idle (a 3-D stencil of 100 planes, a 2-D image of 64 rows, on 2 threads) the default
-    compilation runs the unfused schedule instead (``runtime.loader``)."""
+    compilation runs the unfused schedule instead, for calls of ``UNFUSED_FROM_POINTS``
+    points or more (``runtime.loader``)."""
     chunks = {t.chunk for t in kernel.temps if t.role == "rows"}
     extents = {}
     for st in kernel.statements:
