@@ -255,3 +255,19 @@ def test_the_sign_helper_subtracts_two_converted_comparisons():
     assert not np.signbit(got[:3]).any()
     _, want = interpret(signs.ir, dict(x=x), dict(N=len(x)))
     np.testing.assert_array_equal(got, want["y"])
+
+
+def test_integer_division_and_modulo_of_constants_fold_as_python_does():
+    """Index expressions after the emitter substitutes constants (a row buffer's slot
+    ``(3 % 5 + 5) % 5``): ``//`` and ``%`` of integer constants fold with the IR's
+    (Python's, flooring) meaning; division by zero and float operands stay."""
+    from polyad.ir import Binary, Const, f64, fold_integer_constants, i64
+
+    def fold(op, a, b, dt=i64):
+        return fold_integer_constants(Binary(op, Const(a, dt), Const(b, dt), dt))
+
+    assert fold("%", -3, 5) == Const(2, i64) and fold("//", -3, 5) == Const(-1, i64)
+    assert fold("%", 8, 5) == Const(3, i64) and fold("//", 8, -5) == Const(-2, i64)
+    slot = Binary("+", Binary("%", Const(3, i64), Const(5, i64), i64), Const(5, i64), i64)
+    assert fold_integer_constants(Binary("%", slot, Const(5, i64), i64)) == Const(3, i64)
+    assert isinstance(fold("%", 3, 0), Binary) and isinstance(fold("//", 3.0, 2.0, f64), Binary)

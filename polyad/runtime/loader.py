@@ -30,7 +30,7 @@ import numpy as np
 from .. import callconv, ir
 from ..errors import ArgumentError, DTypeError, ShapeError
 from ..ir import SizeVar
-from ..schedule.fusion import UNFUSED_FROM_POINTS, chunks_balanced
+from ..schedule.fusion import runs_unfused
 from . import budget, threads
 from .arrays import as_array_argument
 from .toolchain import load_library
@@ -291,29 +291,21 @@ class KernelFunction:
     def run_unfused_when_unbalanced(self, extents, unfused: Callable[[], "KernelFunction"]) \
             -> None:
         """Run ``unfused()`` (made on first use; the same kernel compiled with
-        ``fuse=False``) for the calls of ``UNFUSED_FROM_POINTS`` points (the product of the
-        sizes) or more where the chunks of ``CHUNK_ROWS`` rows of the loops of ``extents``
-        (IR expressions of the sizes: ``Build.chunked_extents``) would keep a thread busy
-        for less than ``BALANCED`` of the busiest one's time, on the threads the call gets
-        (``schedule.fusion``)."""
+        ``fuse=False``) for the calls where the chunks of the loops of ``extents`` (IR
+        expressions of the sizes: ``Build.chunked_extents``) would leave threads idle in a
+        large call, on the threads the call gets (``schedule.fusion.runs_unfused``)."""
         fns = tuple(_compile_extent(e, self._slot) for e in extents)
         if fns and None not in fns:
             self._chunked = fns
             self._make_unfused = unfused
 
     def _unbalanced(self, v: list) -> Optional["KernelFunction"]:
-        """The unfused kernel function where the sizes ``v`` leave threads idle in a call
-        of ``UNFUSED_FROM_POINTS`` points or more, else None."""
+        """The unfused kernel function where the sizes ``v`` leave threads idle in a large
+        call (``schedule.fusion.runs_unfused``), else None."""
         points = 1
         for size in v[:self._nsizes]:
             points *= size
-        if points < UNFUSED_FROM_POINTS:
-            return None
-        n = threads.call_threads()
-        for fn in self._chunked:
-            if not chunks_balanced(fn(v), n):
-                break
-        else:
+        if not runs_unfused([fn(v) for fn in self._chunked], points, threads.call_threads()):
             return None
         if self._unfused is None:
             self._unfused = self._make_unfused()

@@ -21,8 +21,8 @@ from .cleanup import (assign_first_updates, drop_zero_updates, forward_copies,
                       fuse_independent_nests, fuse_zero_initialization, remove_dead_statements,
                       updates_in_place)
 from .distribute import distribute_after_scatters, expand_and_distribute
-from .fusion import (BALANCED, CHUNK_ROWS, UNFUSED_FROM_POINTS, chunked_extents,
-                     fuse_along_shared_loops, fuse_pipelines, jam_row_loops,
+from .fusion import (BALANCED, CHUNK_ROWS, UNFUSED_FROM_POINTS, chunk_loop_vars,
+                     chunked_extents, fuse_along_shared_loops, fuse_pipelines, jam_row_loops,
                      rows_per_iteration)
 from .gather import ascending_order_free_nests, scatter_to_gather, small_target
 from .split import split_conflicting_instances
@@ -666,7 +666,7 @@ def _adjacent_equal_domains(model: PolyModel) -> dict[str, str]:
     the same: the group's statements in order. Not in the chunk loops of fused nests
     (``fusion``): there ISL separates a group's loops differently from its statements'.
     """
-    chunks = {t.chunk for t in model.kernel.temps if t.role == "rows"}
+    chunks = chunk_loop_vars(model.kernel)
     at: dict[tuple, list] = {}
     for st in model.kernel.statements:
         if not chunks & set(st.loop_vars):
@@ -796,7 +796,7 @@ def _separate_loops(schedule: isl.Schedule, model: PolyModel) -> isl.Schedule:
 def _chunk_loop_maps(model: PolyModel) -> list:
     """Per chunk loop of a fused nest: its statements' instances -> their chunk."""
     out = []
-    for chunk in sorted({t.chunk for t in model.kernel.temps if t.role == "rows"}):
+    for chunk in sorted(chunk_loop_vars(model.kernel)):
         inside = [st for st in model.kernel.statements if chunk in st.loop_vars]
         if inside:
             out.append(_chunk_map(model, inside, chunk))

@@ -84,6 +84,31 @@ BALANCED = 0.8
 UNFUSED_FROM_POINTS = 1 << 20
 
 
+def chunk_loop_vars(kernel: ir.Kernel) -> set:
+    """The variables of the chunk loops of ``kernel``'s fused chains (those its row
+    buffers are kept per iteration of)."""
+    return {t.chunk for t in kernel.temps if t.role == "rows"}
+
+
+def _chunk_loop(var: str, extent: ir.Expr) -> Loop:
+    """The loop over the ``ceil(extent / CHUNK_ROWS)`` chunks of a loop of ``extent`` rows."""
+    return Loop(var, _i(0), Binary("//", _add(extent, _i(CHUNK_ROWS - 1)), _i(CHUNK_ROWS),
+                                   ir.i64))
+
+
+def _chunked_extent(chunk_loop: Loop) -> ir.Expr:
+    """The ``extent`` of the loop ``_chunk_loop(var, extent)`` cuts into chunks."""
+    return chunk_loop.hi.a.a
+
+
+def runs_unfused(extents: list, points: int, threads: int) -> bool:
+    """Should a call of ``points`` points (the product of its sizes) on ``threads``
+    threads, whose chunked loops have ``extents`` rows, run the unfused schedule: at
+    least ``UNFUSED_FROM_POINTS`` points and some loop's chunks unbalanced?"""
+    return points >= UNFUSED_FROM_POINTS and not all(chunks_balanced(e, threads)
+                                                     for e in extents)
+
+
 def chunks_balanced(extent: int, threads: int) -> bool:
     """Do the chunks of ``CHUNK_ROWS`` rows of a loop of ``extent`` rows, dealt to
     ``threads`` threads round-robin (``schedule(static, 1)``), keep every thread busy
@@ -283,8 +308,8 @@ def fuse_pipelines(kernel: ir.Kernel, model: Optional[PolyModel] = None,
     ``fuse_along_shared_loops`` and ``rows_per_iteration`` keep as one row, without
     chunks). Buffers of planes are fused too: the 3-D stencil gradient with 3 planes per
     thread ran 14-25 % faster at 256^3 and 512^3 (at 512^3 f64, 6 MiB of planes per
-    thread, past the L2), and where a fused chain's chunks would leave threads idle the call runs the
-    unfused schedule (``chunked_extents``). Returns the kernel and one line per fused
+    thread, past the L2), and where a fused chain's chunks would leave threads idle the
+    call runs the unfused schedule (``chunked_extents``). Returns the kernel and one line per fused
     chain, or per chain not fused, saying why."""
     decisions = []
     done: set = set()
@@ -393,7 +418,7 @@ def jam_row_loops(kernel: ir.Kernel, model: Optional[PolyModel] = None) \
     """
     decisions = []
     locals_ = {n for n, _ in kernel.locals}
-    chunk_loops = {t.chunk for t in kernel.temps if t.role == "rows"}
+    chunk_loops = chunk_loop_vars(kernel)
     while True:
         for first, second in _adjacent_row_loops(kernel, chunk_loops):
             if _names(first) & _names(second) & locals_:
@@ -458,7 +483,7 @@ def _rewrite(kernel: ir.Kernel, chain: list, temps: list, shift: list, back: lis
     extent = loop.hi if loop.lo == _i(0) else _sub(loop.hi, loop.lo)
     ch = _i(CHUNK_ROWS)
     start = _mul(c, ch)                                    # first row of the chunk - lo
-    chunk_loop = Loop(chunk, _i(0), Binary("//", _add(extent, _i(CHUNK_ROWS - 1)), ch, ir.i64))
+    chunk_loop = _chunk_loop(chunk, extent)
     step_loop = Loop(m, _sub(_add(loop.lo, start), _i(lead_in)), _add(_add(loop.lo, start), ch))
     position = consumer[0].position[0]
     out = {}
@@ -532,14 +557,9 @@ def chunked_extents(kernel: ir.Kernel) -> tuple:
     idle (a 3-D stencil of 100 planes, a 2-D image of 64 rows, on 2 threads) the default
     compilation runs the unfused schedule instead, for calls of ``UNFUSED_FROM_POINTS``
     points or more (``runtime.loader``)."""
-    chunks = {t.chunk for t in kernel.temps if t.role == "rows"}
-    extents = {}
-    for st in kernel.statements:
-        if st.loops and st.loops[0].var in chunks:
-            # the chunk loop's bound as _rewrite makes it: (extent + CHUNK_ROWS - 1) // CHUNK_ROWS
-            hi = st.loops[0].hi
-            assert hi.op == "//" and hi.a.op == "+", hi
-            extents.setdefault(st.loops[0].var, hi.a.a)
+    chunks = chunk_loop_vars(kernel)
+    extents = {st.loops[0].var: _chunked_extent(st.loops[0]) for st in kernel.statements
+               if st.loops and st.loops[0].var in chunks}
     return tuple(extents[c] for c in sorted(extents))
 
 
