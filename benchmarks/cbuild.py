@@ -1,7 +1,8 @@
 """Build the benchmark's own C (hand-written baselines, STREAM triad) and load it with cffi.
 
 Like polyad's runtime (polyad/runtime/toolchain.py and loader.py): the C is
-compiled with ``cc -O3 -march=native -fopenmp -shared -fPIC`` into a
+compiled with polyad's flags (``cc -O3 -march=native -fopenmp -shared -fPIC
+-std=c99 -ffp-contract=fast -mprefer-vector-width=512`` on x86-64) into a
 content-hash named shared library (cached under ``benchmarks/_build/``,
 written atomically) and loaded in cffi ABI mode (``ffi.dlopen``).
 """
@@ -19,11 +20,14 @@ from pathlib import Path
 import cffi
 import numpy as np
 
+from polyad.runtime.toolchain import BASE_FLAGS, arithmetic_flags
+
 HERE = Path(__file__).resolve().parent
 HANDWRITTEN = HERE / "handwritten"
 BUILD_DIR = Path(os.environ.get("POLYAD_BENCH_BUILD_DIR", HERE / "_build"))
 
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c99")
+# polyad's own flags, so that the hand-written C and polyad's compare like with like
+FLAGS = BASE_FLAGS + arithmetic_flags(deterministic=False)
 
 CTYPE = {"f32": "float", "f64": "double"}
 NPTYPE = {"f32": np.float32, "f64": np.float64}

@@ -40,6 +40,7 @@ from .pipeline import Artifact, Options, artifact_of, kernel_ir
 from .poly import SizeRequirement
 from .progress import Progress
 from .runtime.loader import KernelFunction, c_prototype
+from .runtime.toolchain import contraction_flag
 from .schedule import ScheduledKernel
 from .target import get_target
 
@@ -167,7 +168,8 @@ def ffibuilder(module_name: str, kernels: KernelsArg, target: str = "openmp", *,
     ``pa.Kernel(ir_kernel=polyad.ad.grad_kernel(k.ir, "x"))``) or a dict
     ``name -> kernel``. Each kernel's ``.c``/``.h`` is written to
     ``source_dir`` (default ``build/polyad/<module_name>`` under the current
-    directory) and compiled into the extension with ``-O3 -fopenmp`` plus
+    directory) and compiled into the extension with ``-O3 -fopenmp`` (and
+    ``-ffp-contract=off`` when ``deterministic``: ``toolchain.contraction_flag``) plus
     ``extra_compile_args`` (``-march=native`` for a build that only runs on
     the build machine). Use it from ``setup.py``:
     ``cffi_modules=["build_kernels.py:ffibuilder"]`` where that file sets
@@ -198,7 +200,8 @@ def ffibuilder(module_name: str, kernels: KernelsArg, target: str = "openmp", *,
         f"{_c_string(json.dumps(metadata, separators=(',', ':')))};\n}}\n",
         sources=[str(e.c_file) for e in emitted],
         include_dirs=[str(directory)],
-        extra_compile_args=["-O3", "-fopenmp", *extra_compile_args],
+        extra_compile_args=["-O3", "-fopenmp", contraction_flag(deterministic),
+                            *extra_compile_args],
         extra_link_args=["-fopenmp"],
         libraries=["m"])
     logger.info("cffi module %s: %d kernel(s), sources in %s", module_name, len(emitted),

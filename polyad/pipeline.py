@@ -106,7 +106,7 @@ class Artifact:
     def build(self) -> "Build":
         sk = self.scheduled
         return Build(sk.kernel, self.source, self.signature, tuple(sk.requirements),
-                     tuple(sk.model.params), sk.chunked_extents)
+                     tuple(sk.model.params), sk.chunked_extents, self.options.deterministic)
 
 
 @dataclass(frozen=True)
@@ -118,7 +118,9 @@ class Build:
     conditions checked before a call (``poly.SizeRequirement``); ``param_names``:
     the ISL parameter names in order; ``chunked_extents``: the extents of the loops
     fused chains run in chunks, where the fusion was the default's choice (the loader
-    runs the unfused build for a call whose chunks leave threads idle). Picklable: the
+    runs the unfused build for a call whose chunks leave threads idle); ``deterministic``:
+    the source is a ``deterministic=True`` build's (compiled with every product rounded,
+    ``runtime.toolchain.arithmetic_flags``). Picklable: the
     pipeline cache stores it, so a new process loads a compiled kernel without running
     any stage.
     """
@@ -129,6 +131,7 @@ class Build:
     requirements: tuple
     param_names: tuple
     chunked_extents: tuple = ()
+    deterministic: bool = False
 
 
 def pipeline_key(ir_kernel: ir.Kernel, options: Options) -> str:

@@ -286,7 +286,9 @@ def test_per_point_sums_run_along_the_row():
             np.testing.assert_allclose(fn(x, wt, y), want, rtol=1e-12)
     x, f = rng.standard_normal((4, 23)), rng.standard_normal(5)
     _, want = interpret(blur_rows.ir, dict(x=x, f=f), dict(M=4, N=23))
-    np.testing.assert_array_equal(blur_rows(x, f), want["y"])  # same sums, same order
+    # same sums, same order: bit for bit where products are rounded apart as in Python
+    np.testing.assert_array_equal(pa.compile(blur_rows, deterministic=True)(x, f), want["y"])
+    np.testing.assert_allclose(blur_rows(x, f), want["y"], rtol=1e-14, atol=1e-14)
 
 
 def test_per_point_sums_stay_when_the_parts_share_data():

@@ -204,6 +204,32 @@ def test_deterministic_mode_drops_atomics_and_float_reductions():
 
 
 @pa.kernel
+def square_plus(x: pa.f64[N], c: pa.f64[N], y: pa.Out(pa.f64[N])):
+    for i in range(N):
+        y[i] = x[i] * x[i] + c[i]
+
+
+def _cpu_has_fma() -> bool:
+    try:
+        with open("/proc/cpuinfo") as f:
+            return " fma " in f.read().replace("\n", " ")
+    except OSError:
+        return False
+
+
+def test_products_fuse_into_multiply_adds_except_in_deterministic_builds():
+    # x * x = 1 + 2^-29 + 2^-60: rounded on its own the product loses its 2^-60, which
+    # is then all that is left of x * x + c; 37 elements reach a vector body and its
+    # remainder
+    x = np.full(37, 1 + 2.0 ** -30)
+    c = np.full(37, -(1 + 2.0 ** -29))
+    assert (pa.compile(square_plus, deterministic=True)(x, c) == 0.0).all()
+    if not _cpu_has_fma():
+        pytest.skip("this CPU has no fused multiply-add")
+    assert (pa.compile(square_plus)(x, c) == 2.0 ** -60).all()
+
+
+@pa.kernel
 def wavefront_sweep(A: pa.f64[M, N]):
     for i in range(1, M):
         for j in range(1, N - 1):

@@ -637,15 +637,17 @@ class CompiledKernel(KernelFunction):
     """A kernel compiled to a shared library (cached), callable on numpy arrays.
 
     Attributes: ``source`` (the C text), ``library`` (path), ``kernel`` (IR).
+    ``deterministic``: the source of a ``deterministic=True`` build, compiled without
+    contracting products into fused multiply-adds (``toolchain.arithmetic_flags``).
     """
 
     def __init__(self, kernel: ir.Kernel, source: str, signature, requirements, param_names,
-                 sanitize: Optional[str] = None):
+                 sanitize: Optional[str] = None, deterministic: bool = False):
         self.source = source
         ffi = cffi.FFI()
         ffi.cdef(c_prototype(signature))
         self.library, self._lib, fn = load_library(source, signature.name, sanitize, ffi,
-                                                   signature.name)
+                                                   signature.name, deterministic)
         super().__init__(kernel, signature, requirements, param_names, ffi, fn)
 
 

@@ -14,6 +14,7 @@ import functools
 import hashlib
 import logging
 import os
+import platform
 import re
 import shutil
 import subprocess
@@ -30,6 +31,27 @@ log = logging.getLogger("polyad")
 
 BASE_FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c99")
 SANITIZE_FLAGS = {"address": ("-fsanitize=address", "-fno-omit-frame-pointer", "-g")}
+
+
+def contraction_flag(deterministic: bool) -> str:
+    """``-ffp-contract=fast``: the C compiler fuses ``a * b + c`` into one fused
+    multiply-add, rounded once (``-std=c99`` alone keeps the product rounded apart,
+    and gcc's GNU modes fuse). A deterministic build keeps the products rounded
+    (``-ffp-contract=off``): some tunings (gcc's for AMD Zen) avoid chains of fused
+    multiply-adds in scalar code but not in vector code, so an element's value would
+    depend on whether a thread's share of a loop ran it in the vector body or in the
+    scalar remainder, that is, on the thread count."""
+    return "-ffp-contract=off" if deterministic else "-ffp-contract=fast"
+
+
+def arithmetic_flags(deterministic: bool) -> tuple[str, ...]:
+    """The flags that let the C compiler use the machine's arithmetic fully: the
+    ``contraction_flag`` and, on x86-64, ``-mprefer-vector-width=512`` (gcc prefers
+    256-bit vectors on AVX-512 machines). Together they gained 1-16 % on the gradients
+    of the benchmarks' kernels and 1-22 % on the hand-written C (benchmarks/README.md,
+    "Issue 10, eighth round")."""
+    wide = ("-mprefer-vector-width=512",) if platform.machine() in ("x86_64", "AMD64") else ()
+    return (contraction_flag(deterministic),) + wide
 
 
 def cache_dir() -> Path:
@@ -98,14 +120,17 @@ def _compiler_identity(cc: str) -> str:
     return identity
 
 
-def load_library(source: str, name: str, sanitize: str | None, ffi, symbol: str):
+def load_library(source: str, name: str, sanitize: str | None, ffi, symbol: str,
+                 deterministic: bool = False):
     """Compile (cached) and ``dlopen`` ``source``; returns (path, library, function ``symbol``).
+    ``deterministic``: as ``compile_c``'s.
 
     A cache entry that does not load or lacks the kernel's symbol (truncated,
     empty, garbage or another library under this name) is deleted and rebuilt.
     """
     for attempt in (0, 1):
-        path = compile_c(source, name, sanitize, rebuild=attempt == 1)
+        path = compile_c(source, name, sanitize, rebuild=attempt == 1,
+                         deterministic=deterministic)
         try:
             with open(path, "rb") as f:
                 if f.read(4) != b"\x7fELF":
@@ -123,17 +148,19 @@ def load_library(source: str, name: str, sanitize: str | None, ffi, symbol: str)
 
 
 def compile_c(source: str, name: str, sanitize: str | None = None,
-              rebuild: bool = False) -> Path:
+              rebuild: bool = False, deterministic: bool = False) -> Path:
     """Compile ``source`` to a shared library (cached) and return its path.
 
-    ``rebuild=True`` ignores (and replaces) an existing cache entry.
+    ``rebuild=True`` ignores (and replaces) an existing cache entry;
+    ``deterministic``: the source of a ``deterministic=True`` build (``arithmetic_flags``).
     Raises CompileError with the compiler's message and the path of the
     kept source file when the compiler fails.
     """
     if sanitize == "address":
         require_asan_runtime()
     cc = c_compiler()
-    flags = BASE_FLAGS + (SANITIZE_FLAGS[sanitize] if sanitize else ())
+    flags = (BASE_FLAGS + arithmetic_flags(deterministic)
+             + (SANITIZE_FLAGS[sanitize] if sanitize else ()))
     return _cached_build(source, name, ".c", [cc, *flags], ["-lm"], _compiler_identity(cc),
                          rebuild, translation_units(source, compile_jobs()))
 
