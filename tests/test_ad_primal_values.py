@@ -6,7 +6,6 @@ pin down which mechanism polyad chose (see ``polyad.ad.tape``).
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 import polyad as pa

@@ -345,7 +345,7 @@ def test_cache_info_and_clear(polyad_cmd, tmp_path):
     assert "pipeline results (IR -> schedule -> source): 1," in p.stdout
     p = run(polyad_cmd, "cache", "clear", env=env)
     assert p.returncode == 0, p.stderr
-    assert p.stdout.startswith(f"removed 4 file(s), ") and str(cache) in p.stdout
+    assert p.stdout.startswith("removed 4 file(s), ") and str(cache) in p.stdout
     assert sorted(os.listdir(cache)) == ["README.txt"]
     p = run(polyad_cmd, "cache", "info", env=env)
     assert "compiled kernels: 0" in p.stdout

@@ -13,12 +13,10 @@ import sys
 import textwrap
 
 import numpy as np
-import pytest
 
 import polyad as pa
 import polyad.pipeline as pipeline
 from polyad.pipeline import Options, build_kernel, pipeline_key
-from polyad.runtime import toolchain
 
 M, N = pa.sizes("M N")
 

@@ -592,7 +592,7 @@ class _Gen:
         lines += ["", "@pa.kernel", f"def fz_kernel({', '.join(sig)}){ret}:"]
         ref = ["import math", "", "",
                "def fz_f_ref(L, a, b):", "    return a * L.tanh(b) + L.sin(a) * 0.5", "", "",
-               f"def reference(L, A, P, Z):"]
+               "def reference(L, A, P, Z):"]
         for s in self.sizes:
             ref.append(f"    {s} = Z[{s!r}]")
         for name, kind, _ in params:
