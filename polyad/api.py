@@ -234,7 +234,7 @@ def compile(k: Kernel, target: str = "openmp", sanitize: Optional[str] = None,
     loaded when the process starts, or ``CompileError`` says so (instead of
     the process aborting)::
 
-        LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 python app.py
+        LD_PRELOAD="$(gcc -print-file-name=libasan.so) $(gcc -print-file-name=libstdc++.so)" ASAN_OPTIONS=detect_leaks=0 python app.py
 
     (``detect_leaks=0``: the Python interpreter itself does not free
     everything at exit). polyad removes the preload from the compiler's

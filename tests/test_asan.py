@@ -249,11 +249,11 @@ GRADIENT_SCRIPT = textwrap.dedent(
 
 
 
-def _libasan():
+def _gcc_library(name: str):
     gcc = shutil.which("gcc")
     if gcc is None:
         return None
-    path = subprocess.run([gcc, "-print-file-name=libasan.so"], capture_output=True,
+    path = subprocess.run([gcc, f"-print-file-name={name}"], capture_output=True,
                           text=True).stdout.strip()
     return path if os.path.isabs(path) and os.path.exists(path) else None
 
@@ -262,12 +262,16 @@ def run_script_under_asan(tmp_path, repo_root, script_text: str, marker: str) ->
     """Run ``script_text`` as a Python script with libasan preloaded, polyad from
     ``repo_root`` and a fresh cache under ``tmp_path``; assert it exits cleanly,
     reports nothing and prints ``marker``; returns its output. Skips without libasan."""
-    libasan = _libasan()
+    libasan = _gcc_library("libasan.so")
     if libasan is None:
         pytest.skip("gcc with libasan not available")
     script = tmp_path / "asan_script.py"
     script.write_text(script_text)
-    env = dict(os.environ, LD_PRELOAD=libasan, ASAN_OPTIONS="detect_leaks=0",
+    # libstdc++ as toolchain.ASAN_COMMAND says: islpy's C++ exceptions, caught while
+    # polyad compiles (deterministic=True builds hit ISL's operation quota), abort under
+    # ASan otherwise
+    preload = " ".join(p for p in (libasan, _gcc_library("libstdc++.so")) if p)
+    env = dict(os.environ, LD_PRELOAD=preload, ASAN_OPTIONS="detect_leaks=0",
                POLYAD_CACHE_DIR=str(tmp_path / "cache"))
     env["PYTHONPATH"] = os.pathsep.join([repo_root] + [p for p in [env.get("PYTHONPATH")] if p])
     proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,

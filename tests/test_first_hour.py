@@ -87,9 +87,10 @@ def test_missing_compiler_is_a_compile_error(tmp_path):
 
 
 def test_sanitized_kernel_without_runtime_is_an_error_not_an_abort():
-    with pytest.raises(pa.CompileError, match=r"AddressSanitizer runtime.*\n.*LD_PRELOAD=\$\(gcc "
-                                              r"-print-file-name=libasan.so\) ASAN_OPTIONS="
-                                              r"detect_leaks=0"):
+    with pytest.raises(pa.CompileError, match=r"AddressSanitizer runtime.*\n.*LD_PRELOAD=\"\$\(gcc "
+                                              r"-print-file-name=libasan.so\) \$\(gcc "
+                                              r"-print-file-name=libstdc\+\+.so\)\" "
+                                              r"ASAN_OPTIONS=detect_leaks=0"):
         pa.compile(pa.kernel(source=TWICE.split("@pa.kernel\n")[1],
                              globals={"pa": pa, "N": N}), sanitize="address")
 

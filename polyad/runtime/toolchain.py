@@ -359,8 +359,12 @@ def _compiler_environment() -> dict:
     return env
 
 
-ASAN_COMMAND = ("LD_PRELOAD=$(gcc -print-file-name=libasan.so) ASAN_OPTIONS=detect_leaks=0 "
-                "python your_script.py")
+# libstdc++ too: islpy raises C++ exceptions that polyad catches while it compiles (ISL's
+# scheduler stopped at its operation quota); ASan's interceptor of the throw aborts the
+# process when the C++ runtime was loaded after it
+ASAN_COMMAND = ('LD_PRELOAD="$(gcc -print-file-name=libasan.so) '
+                '$(gcc -print-file-name=libstdc++.so)" ASAN_OPTIONS=detect_leaks=0 '
+                'python your_script.py')
 
 
 def require_asan_runtime() -> None:
