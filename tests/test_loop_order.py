@@ -266,14 +266,14 @@ def test_per_point_sums_run_along_the_row():
     assert "free(s_rows);" in [line.strip() for line in lines[b + 2:]]
     # the interior rows' update: the 9 taps of kh and kw in one pass over the row, one
     # update of nine terms (the border rows' pieces have six)
-    k = src.index("s_rows[v] += w[(co * CI + ci) * 3 * 3] * x[")
+    k = src.index("s_rows[v] += w_co_ci_0_0 * x[")
     simd, loop = src[:k].rstrip().splitlines()[-2:]
     assert simd.strip() == "#pragma omp simd"
     assert loop.strip().startswith("for (int64_t v = ")  # the row innermost, taps outside
     assert "for (int64_t kh = " not in src and "for (int64_t kw = " not in src
     body = src[k:].splitlines()[:9]
     assert [line.strip()[:1] for line in body[1:]] == ["+"] * 8
-    assert "+ 2) * 3 + 2] * x[" in body[8] and "(v + 1)]" in body[8]
+    assert "w_co_ci_2_2 * x[" in body[8] and "(v + 1)]" in body[8]
     rng = np.random.default_rng(14)
     for deterministic in (False, True):
         fn = pa.compile(conv_cost, deterministic=deterministic)

@@ -107,7 +107,7 @@ def test_atax_and_bicg_read_A_row_wise():
     assert any("unit stride" in d for d in report["schedule_decisions"])
     assert any(d.startswith("x = x + e written as the update x += e")
                for d in report["schedule_decisions"])
-    assert loop_of(dsl.bicg.source, "s[j] += r[i] * A[i * M + j]") == "j"
+    assert loop_of(dsl.bicg.source, "s[j] += r_i * A[i * M + j]") == "j"
     assert "q_lanes[j_lane] += A[i * M + (j + j_lane)] * p[j + j_lane]" in dsl.bicg.source
 
 
@@ -115,7 +115,7 @@ def test_mvt_transposed_product_walks_rows():
     # x2[i] += A[j, i] * y_2[j]: as written, the inner loop j walks a column of A;
     # the scheduler interchanges so that i (parallel, in strips) is innermost
     src = dsl.mvt.source
-    assert loop_of(src, "x2[i] += A[j * N + i] * y_2[j]") == "i"
+    assert loop_of(src, "x2[i] += A[j * N + i] * y_2_j") == "i"
     assert loop_of(src, "x1_lanes[j_lane] += A[i * N + (j + j_lane)] * y_1[j + j_lane]") \
         == "j_lane"
     assert "#pragma omp parallel for schedule(static)" in pragmas(src)

@@ -20,6 +20,7 @@ such units in parallel (``runtime.toolchain.translation_units``).
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass
 from typing import Optional
 
@@ -31,7 +32,8 @@ from ..schedule.merge import MergedUpdate, merge_updates
 from ..schedule.nests import ast_children, user_nodes, user_statements
 from ..schedule.simplify import simplify_run
 from ..version import __version__ as POLYAD_VERSION
-from .cexpr import AST_HELPERS, C99, CPrinter, Dialect, ast_expr_c, ast_expr_ir, cname
+from .cexpr import (AST_HELPERS, C99, CPrinter, Dialect, ast_expr_c, ast_expr_ir, cname,
+                    unparen)
 
 
 # The lines around a unit (a loop nest as a function of its own); the runtime splits
@@ -360,8 +362,7 @@ class _Emitter:
         if getattr(lp, "lane_sums", 0) and inc == "1" and \
                 self.lane_loop(node, lp, indent, iters, atomic, init):
             return
-        if cond.startswith("(") and cond.endswith(")"):
-            cond = cond[1:-1]
+        cond = unparen(cond)
         start = len(self.lines)
         pragma = lp.pragma(self.names, lambda n: self.printer.expr(n, self.names),
                            lambda e: self.ast_c(e, {}))
@@ -372,6 +373,10 @@ class _Emitter:
             pragma += f" reduction(+:{', '.join(acc for acc, _ in sums.values())})"
         overridden = self.target_override
         self.target_override = {**overridden, **{t: acc for t, (acc, _) in sums.items()}}
+        kept = (self.invariant_reads(node, lp, name, iters, atomic, indent)
+                if getattr(lp, "simd", False) else {})
+        if kept:
+            indent += "  "
         if pragma is not None:
             self.out(indent, pragma)
         if lp.threads:
@@ -390,6 +395,8 @@ class _Emitter:
                   lp.region in ("open", "team"))
         self.rows_in_scope -= set(own)
         self.target_override = overridden
+        for read in kept:
+            del self.printer.kept_reads[read]
         for v in own:
             self.out(indent + "  ", f"free({self.names[v]});")
         if len(self.lines) == body + len(own):
@@ -398,11 +405,83 @@ class _Emitter:
             del self.lines[start:]
             return
         self.out(indent, "}")
+        if kept:
+            indent = indent[:-2]
+            self.out(indent, "}")
         if sums:
             for target, (acc, st) in sums.items():
                 self.out(indent, f"{self.printer.load(target, self.names)} += {acc};"
                                  + self.comment(st))
             self.out(indent[:-2], "}")
+
+    def invariant_reads(self, node, lp, name: str, iters: dict, atomic: frozenset,
+                        indent: str) -> dict:
+        """Open the block of a vector loop that reads elements invariant along it of arrays
+        no statement writes: declare each as a local, read once before the loop, and
+        return {element: local} (``CPrinter.kept_reads``; the caller closes the block).
+
+        Why: a function outlined for an OpenMP region loses its pointers' ``restrict``,
+        so gcc must assume a store of the loop may change ``f[0]`` and reads it again at
+        every iteration (a broadcast per tap and vector of the deconvolution and conv
+        gradients). Legal: polyad never runs a kernel on arrays that overlap one it
+        writes (``KernelFunction._check_aliasing``). Only the reads every iteration makes
+        move (statements of the loop body outside any ``if``, without a guard, not under
+        a selection), and the block runs when the loop runs at least once (no condition
+        where every moved read has constant indices within constant extents), so a
+        moved read is one the loop made: in bounds."""
+        body = node.for_get_body()
+        if body.get_type() == isl.ast_node_type.block:
+            kids = _flat_block(body)
+        else:
+            kids = [body]
+        if any(kid.get_type() != isl.ast_node_type.user for kid in kids):
+            return {}
+        written = {st.target.array for st in self.k.statements if isinstance(st.target, Load)}
+        run = simplify_run([st for kid in kids for st in self.user_statements(kid, iters)],
+                           atomic, frozenset(self.func_names))
+        reads: list = []
+        for st in run:
+            if st.guard is not None:
+                continue
+            for read in _unconditional_loads(st.expr):
+                if (read.array not in written and read not in reads
+                        and not self.k.array_type(read.array).dtype.packed
+                        and _invariant(read, name)):
+                    reads.append(read)
+        if not reads:
+            return {}
+        taken = set(self.names.values()) | set(iters.values()) | set(self.printer.kept_reads.values())
+        kept: dict = {}
+        for read in reads:
+            base = self.names.get(read.array, read.array)
+            parts = [str(i.value).replace("-", "m") if isinstance(i, ir.Const) else
+                     i.name if isinstance(i, ir.LoopVar) and i.name.isidentifier() else None
+                     for i in read.index]
+            local = _fresh("_".join([base] + parts) if None not in parts
+                           else f"{base}_at{len(kept)}", taken)
+            kept[read] = local
+        if all(self._constant_in_bounds(read) for read in kept):
+            self.out(indent, "{")
+        else:
+            it = node.for_get_iterator().get_id().get_name()
+            init = self.ast_c(node.for_get_init(), iters, loop_bound=True)
+            first = self.ast_c(node.for_get_cond(), {**iters, it: f"({init})"},
+                               loop_bound=True)
+            self.out(indent, f"if ({unparen(first)}) {{  // the loop runs: the reads it "
+                             f"makes before it are in bounds")
+        for read, local in kept.items():
+            c_type = self.k.array_type(read.array).dtype.c_type
+            self.out(indent + "  ", f"const {c_type} {local} = "
+                                    f"{self.printer.load(read, self.names)};  // "
+                                    f"{ir.expr_str(read)}, invariant along {name}")
+        self.printer.kept_reads.update(kept)
+        return kept
+
+    def _constant_in_bounds(self, read: Load) -> bool:
+        """Whether ``read`` has constant indices within its array's constant extents."""
+        shape = self.k.array_type(read.array).shape
+        return all(isinstance(i, ir.Const) and isinstance(n, ir.Const) and 0 <= i.value < n.value
+                   for i, n in zip(read.index, shape))
 
     def register_sums(self, node, lp, indent: str, iters: dict) -> dict:
         """Open the block of a loop whose updates of ``lp.register_sums`` arrays add into
@@ -581,6 +660,32 @@ def _outer_loop_count(node: isl.AstNode) -> int:
     if node.get_type() == isl.ast_node_type.for_:
         return 1
     return sum(_outer_loop_count(kid) for kid in ast_children(node))
+
+
+def _unconditional_loads(e: ir.Expr) -> list:
+    """The reads of ``e`` that every evaluation makes: none under a selection's branches
+    or the right operand of ``and`` / ``or``."""
+    if isinstance(e, ir.Select):
+        return _unconditional_loads(e.cond)
+    if isinstance(e, ir.Binary) and e.op in ("and", "or"):
+        return _unconditional_loads(e.a)
+    found = [e] if isinstance(e, Load) else []
+    for kid in e.children():
+        found += _unconditional_loads(kid)
+    return found
+
+
+def _invariant(read: Load, iterator: str) -> bool:
+    """Whether ``read``'s index is the same at every iteration of the loop over
+    ``iterator``: sizes, constants and other loops' iterators only (an opaque AST
+    expression, a ``LoopVar`` named by its C text, must not mention ``iterator``)."""
+    for e in ir.walk_many(read.index):
+        if isinstance(e, ir.ScalarRef) or isinstance(e, Load):
+            return False
+        if isinstance(e, ir.LoopVar) and (
+                e.name == iterator or re.search(rf"\b{re.escape(iterator)}\b", e.name)):
+            return False
+    return True
 
 
 def _subst(e: ir.Expr, values: dict) -> ir.Expr:

@@ -142,6 +142,9 @@ class CPrinter:
         self.func_names = dict(func_names or {})
         self.array_names = dict(array_names or {})
         self.helpers: dict[str, str] = {}
+        # element read -> the local holding it (a read invariant along a vector loop,
+        # read once before it: c_openmp._Emitter.invariant_reads)
+        self.kept_reads: dict[Load, str] = {}
 
     def helper(self, kind: str, dtype: ir.DType) -> str:
         n = dtype.name
@@ -216,6 +219,8 @@ class CPrinter:
         if isinstance(e, (SizeVar, ScalarRef)):
             return env.get(e.name, e.name), 9
         if isinstance(e, Load):
+            if e in self.kept_reads:
+                return self.kept_reads[e], 9
             return self.load(e, env), 9
         if isinstance(e, Unary):
             if e.op == "not":
@@ -286,6 +291,19 @@ class CPrinter:
                 raise TypeError(f"{e.func} on integers")
             return f"{self.dialect.math[e.func][e.dtype == ir.f64]}({args})"
         raise KeyError(f"no C spelling for intrinsic {e.func!r}")
+
+
+def unparen(text: str) -> str:
+    """``text`` without the parentheses around all of it, if one pair encloses it all
+    (``(a) < (b)`` keeps its own)."""
+    if not (text.startswith("(") and text.endswith(")")):
+        return text
+    depth = 0
+    for k, c in enumerate(text):
+        depth += {"(": 1, ")": -1}.get(c, 0)
+        if depth == 0 and k < len(text) - 1:
+            return text
+    return text[1:-1]
 
 
 def ast_expr_ir(e: isl.AstExpr, names: Mapping[str, str]) -> Expr:

@@ -20,7 +20,7 @@ import islpy as isl
 
 from .. import ir
 from ..emit.c_openmp import cname, dsl_c_names, emit_c, signature
-from ..emit.cexpr import C99, ast_expr_c
+from ..emit.cexpr import C99, ast_expr_c, unparen
 from ..runtime.loader import CompiledKernel
 from ..schedule import LoopFacts, ast_children, loop_key
 from ..schedule.nests import ast_expr_uses, loop_vars_along, user_nodes, user_statements
@@ -158,7 +158,7 @@ class LoopPlan:
         """`` if(...)`` of a region that pays only from THIN_WORK iterations on, or ''."""
         if not self.region_if:
             return ""
-        return " if(" + " || ".join(f"{_unparen(ast_text(e))} >= {THIN_WORK}"
+        return " if(" + " || ".join(f"{unparen(ast_text(e))} >= {THIN_WORK}"
                                     for e in self.region_if) + ")"
 
     def decision(self) -> str:
@@ -294,10 +294,6 @@ def _bounds_use(node: isl.AstNode, iterator: str) -> bool:
 
 def _ast_c(e: isl.AstExpr) -> str:
     return ast_expr_c(e, {})
-
-
-def _unparen(text: str) -> str:
-    return text[1:-1] if text.startswith("(") and text.endswith(")") else text
 
 
 def _has_loop(node: isl.AstNode) -> bool:
