@@ -6,12 +6,13 @@ with the ASan runtime preloaded, so the kernels run in a subprocess.
 """
 
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
 
 import pytest
+
+from tests.fuzz.runner import asan_preload, libasan
 
 SCRIPT = textwrap.dedent(
     '''
@@ -249,29 +250,17 @@ GRADIENT_SCRIPT = textwrap.dedent(
 
 
 
-def _gcc_library(name: str):
-    gcc = shutil.which("gcc")
-    if gcc is None:
-        return None
-    path = subprocess.run([gcc, f"-print-file-name={name}"], capture_output=True,
-                          text=True).stdout.strip()
-    return path if os.path.isabs(path) and os.path.exists(path) else None
 
 
 def run_script_under_asan(tmp_path, repo_root, script_text: str, marker: str) -> str:
     """Run ``script_text`` as a Python script with libasan preloaded, polyad from
     ``repo_root`` and a fresh cache under ``tmp_path``; assert it exits cleanly,
     reports nothing and prints ``marker``; returns its output. Skips without libasan."""
-    libasan = _gcc_library("libasan.so")
-    if libasan is None:
+    if libasan() is None:
         pytest.skip("gcc with libasan not available")
     script = tmp_path / "asan_script.py"
     script.write_text(script_text)
-    # libstdc++ as toolchain.ASAN_COMMAND says: islpy's C++ exceptions, caught while
-    # polyad compiles (deterministic=True builds hit ISL's operation quota), abort under
-    # ASan otherwise
-    preload = " ".join(p for p in (libasan, _gcc_library("libstdc++.so")) if p)
-    env = dict(os.environ, LD_PRELOAD=preload, ASAN_OPTIONS="detect_leaks=0",
+    env = dict(os.environ, LD_PRELOAD=asan_preload(), ASAN_OPTIONS="detect_leaks=0",
                POLYAD_CACHE_DIR=str(tmp_path / "cache"))
     env["PYTHONPATH"] = os.pathsep.join([repo_root] + [p for p in [env.get("PYTHONPATH")] if p])
     proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,

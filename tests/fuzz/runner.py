@@ -66,13 +66,25 @@ def worker(seeds, full: bool, sanitize) -> None:
             shutil.rmtree(workdir, ignore_errors=True)
 
 
-def libasan():
+def gcc_library(name: str):
+    """The path of gcc's library ``name`` (``libasan.so``), or None."""
     gcc = shutil.which("gcc")
     if gcc is None:
         return None
-    path = subprocess.run([gcc, "-print-file-name=libasan.so"], capture_output=True,
+    path = subprocess.run([gcc, f"-print-file-name={name}"], capture_output=True,
                           text=True).stdout.strip()
     return path if os.path.isabs(path) and os.path.exists(path) else None
+
+
+def libasan():
+    return gcc_library("libasan.so")
+
+
+def asan_preload() -> str:
+    """``LD_PRELOAD`` for a process that loads sanitized kernels: libasan, and libstdc++
+    as ``toolchain.ASAN_COMMAND`` says (islpy's C++ exceptions, caught while polyad
+    compiles, abort under ASan otherwise)."""
+    return " ".join(p for p in (libasan(), gcc_library("libstdc++.so")) if p)
 
 
 def _spawn(seeds, full, sanitize, env):
@@ -90,7 +102,7 @@ def _env(sanitize, cache_dir):
     env["JAX_PLATFORMS"] = "cpu"
     env["OMP_WAIT_POLICY"] = "passive"
     if sanitize:
-        env["LD_PRELOAD"] = libasan() or ""
+        env["LD_PRELOAD"] = asan_preload()
         env["ASAN_OPTIONS"] = "detect_leaks=0"
     return env
 
