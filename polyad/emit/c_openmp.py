@@ -373,7 +373,7 @@ class _Emitter:
             pragma += f" reduction(+:{', '.join(acc for acc, _ in sums.values())})"
         overridden = self.target_override
         self.target_override = {**overridden, **{t: acc for t, (acc, _) in sums.items()}}
-        kept = (self.invariant_reads(node, lp, name, iters, atomic, indent)
+        kept = (self.invariant_reads(node, name, iters, atomic, indent)
                 if getattr(lp, "simd", False) else {})
         if kept:
             indent += "  "
@@ -414,7 +414,7 @@ class _Emitter:
                                  + self.comment(st))
             self.out(indent[:-2], "}")
 
-    def invariant_reads(self, node, lp, name: str, iters: dict, atomic: frozenset,
+    def invariant_reads(self, node, name: str, iters: dict, atomic: frozenset,
                         indent: str) -> dict:
         """Open the block of a vector loop that reads elements invariant along it of arrays
         no statement writes: declare each as a local, read once before the loop, and
@@ -450,7 +450,8 @@ class _Emitter:
                     reads.append(read)
         if not reads:
             return {}
-        taken = set(self.names.values()) | set(iters.values()) | set(self.printer.kept_reads.values())
+        taken = (set(self.names.values()) | set(iters.values())
+                 | set(self.printer.kept_reads.values()))
         kept: dict = {}
         for read in reads:
             base = self.names.get(read.array, read.array)
