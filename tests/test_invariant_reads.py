@@ -96,3 +96,26 @@ def test_gradients_with_reads_kept_in_locals_match_the_interpreter_under_asan(tm
     tests_dir = str(__import__("pathlib").Path(__file__).resolve().parent)
     script = f"import sys; sys.path.insert(0, {tests_dir!r})\n" + ASAN_SCRIPT
     run_script_under_asan(tmp_path, repo_root, script, "ASAN-SCRIPT-OK")
+
+
+def test_only_reads_every_iteration_makes_at_the_same_element_move():
+    """An index naming the loop's iterator, also inside an opaque AST expression (a
+    ``LoopVar`` spelled by its C text), or reading a scalar or another array, varies;
+    reads under a selection's branches or after ``and`` / ``or`` may not happen."""
+    from polyad import ir
+    from polyad.emit.c_openmp import _invariant, _unconditional_loads
+
+    def read(*index):
+        return ir.Load("w", index)
+    assert _invariant(read(ir.LoopVar("co"), ir.Const(1, ir.i64)), "v")
+    assert _invariant(read(ir.LoopVar("vv")), "v")  # another loop's iterator
+    assert not _invariant(read(ir.LoopVar("v")), "v")
+    assert not _invariant(read(ir.LoopVar("(pa_imin(v, W - 1))")), "v")
+    assert not _invariant(read(ir.ScalarRef("k", ir.i64)), "v")
+    assert not _invariant(read(ir.Load("idx", (ir.LoopVar("co"),), ir.i64)), "v")
+    a, b, c = read(ir.Const(0, ir.i64)), read(ir.Const(1, ir.i64)), read(ir.Const(2, ir.i64))
+    cond = ir.Binary(">=", a, ir.Const(0.0), ir.boolean)
+    assert _unconditional_loads(ir.Select(cond, b, c)) == [a]
+    assert _unconditional_loads(ir.Binary("and", cond, ir.Binary(">=", b, c, ir.boolean),
+                                          ir.boolean)) == [a]
+    assert _unconditional_loads(ir.Binary("+", a, ir.Binary("*", b, c))) == [a, b, c]

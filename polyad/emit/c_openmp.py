@@ -147,6 +147,7 @@ class _Emitter:
         self.shift: Optional[tuple] = None  # (iterator, lane): the iterator reads iterator + lane
         self.rows = {t.name: t for t in self.k.temps if t.per_thread}
         self.rows_in_scope: set = set()  # row buffers a loop around the current line declares
+        self.written = {st.target.array for st in self.k.statements if isinstance(st.target, Load)}
         self.sig = signature(self.k, dialect)
         # loop nests outside every loop printed as functions of their own, when there are
         # several (C only: the CUDA emitter makes kernels of them)
@@ -429,14 +430,9 @@ class _Emitter:
         a selection), and the block runs when the loop runs at least once (no condition
         where every moved read has constant indices within constant extents), so a
         moved read is one the loop made: in bounds."""
-        body = node.for_get_body()
-        if body.get_type() == isl.ast_node_type.block:
-            kids = _flat_block(body)
-        else:
-            kids = [body]
+        kids = _body_nodes(node.for_get_body())
         if any(kid.get_type() != isl.ast_node_type.user for kid in kids):
             return {}
-        written = {st.target.array for st in self.k.statements if isinstance(st.target, Load)}
         run = simplify_run([st for kid in kids for st in self.user_statements(kid, iters)],
                            atomic, frozenset(self.func_names))
         reads: list = []
@@ -444,7 +440,7 @@ class _Emitter:
             if st.guard is not None:
                 continue
             for read in _unconditional_loads(st.expr):
-                if (read.array not in written and read not in reads
+                if (read.array not in self.written and read not in reads
                         and not self.k.array_type(read.array).dtype.packed
                         and _invariant(read, name)):
                     reads.append(read)
@@ -520,8 +516,7 @@ class _Emitter:
         name, n = lp.iterator, lp.lane_sums
         bound = self.ast_c(cond.get_op_arg(1), iters)
         rel = "<=" if cond.get_op_type() == T.le else "<"
-        body = node.for_get_body()
-        users = [body] if body.get_type() == isl.ast_node_type.user else _flat_block(body)
+        users = _body_nodes(node.for_get_body())
         taken = set(self.names.values()) | set(iters.values())
         lane = _fresh(name + "_lane", taken)
         self.shift = (name, lane)
@@ -656,6 +651,12 @@ def _flat_block(node: isl.AstNode) -> list:
     return out
 
 
+def _body_nodes(body: isl.AstNode) -> list:
+    """The nodes a loop body runs one after another: a block's children (nested blocks
+    spliced in), else the body itself."""
+    return _flat_block(body) if body.get_type() == isl.ast_node_type.block else [body]
+
+
 def _outer_loop_count(node: isl.AstNode) -> int:
     """The number of loops of the AST ``node`` that no loop encloses."""
     if node.get_type() == isl.ast_node_type.for_:
@@ -681,7 +682,7 @@ def _invariant(read: Load, iterator: str) -> bool:
     ``iterator``: sizes, constants and other loops' iterators only (an opaque AST
     expression, a ``LoopVar`` named by its C text, must not mention ``iterator``)."""
     for e in ir.walk_many(read.index):
-        if isinstance(e, ir.ScalarRef) or isinstance(e, Load):
+        if isinstance(e, (ir.ScalarRef, Load)):
             return False
         if isinstance(e, ir.LoopVar) and (
                 e.name == iterator or re.search(rf"\b{re.escape(iterator)}\b", e.name)):

@@ -47,9 +47,9 @@ def contraction_flag(deterministic: bool) -> str:
 def arithmetic_flags(deterministic: bool) -> tuple[str, ...]:
     """The flags that let the C compiler use the machine's arithmetic fully: the
     ``contraction_flag`` and, on x86-64, ``-mprefer-vector-width=512`` (gcc prefers
-    256-bit vectors on AVX-512 machines). Together they gained 1-16 % on the gradients
-    of the benchmarks' kernels and 1-22 % on the hand-written C (benchmarks/README.md,
-    "Issue 10, eighth round")."""
+    256-bit vectors on AVX-512 machines). With both, the benchmarks' gradients took
+    0.84-1.03 of their time and the hand-written C's 0.78-1.10, in runs whose noise is
+    about 10 % (benchmarks/README.md, "Issue 10, eighth round")."""
     wide = ("-mprefer-vector-width=512",) if platform.machine() in ("x86_64", "AMD64") else ()
     return (contraction_flag(deterministic),) + wide
 
