@@ -27,7 +27,12 @@ def test_readme_keeps_the_two_commands_at_the_top():
     first = readme_blocks()[0]
     assert first.lang == "sh" and not first.annotation
     assert "pip install -e . && python -m polyad demo" in first.text
-    assert 'pip install -e ".[test]" && python -m pytest -q' in first.text
+    assert 'pip install -e ".[test]" && python -m pytest -q -n auto' in first.text
+
+
+def test_ci_runs_the_readmes_test_command():
+    ci_script = (REPO_ROOT / ".ci" / "run").read_text()
+    assert "python -m pytest -q -n auto\n" in ci_script
 
 
 def test_readme_python_snippets_run(workdir):
