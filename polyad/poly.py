@@ -775,6 +775,9 @@ class Dependences:
     # the program order the accumulators' pairs are ordered by, and their readers
     order: Optional[isl.Schedule] = None
     readers: dict[str, isl.UnionSet] = field(default_factory=dict)
+    # variable -> why its dependences are memory-based where value-based ones were asked
+    # for (ISL's exact analysis failed or ran past ``DEPENDENCE_QUOTA``): ``pa.explain``
+    inexact: dict[str, str] = field(default_factory=dict)
 
     def order_accumulators(self) -> None:
         """Fill ``output`` and ``flow`` of the memory-based accumulators from their
@@ -906,7 +909,9 @@ def dependences(model: PolyModel, variables: Optional[set] = None,
                         _memory_based_output(writes, var_tree),
                         _memory_based_pairs(reads_, writes, var_tree))
         else:
-            var_deps = _variable_dependences(*accesses, var_tree, var in flow_only)
+            *var_deps, inexact = _variable_dependences(*accesses, var_tree, var in flow_only)
+            if inexact:
+                deps.inexact[var] = inexact
         for kind, umap in zip((deps.flow, deps.output, deps.anti), var_deps):
             if umap is None:
                 continue
@@ -1037,9 +1042,18 @@ def within_outer_iterations(dep: isl.Map, c: int) -> bool:
     return dep.is_subset(same)
 
 
+# Bound on the ISL operations of one exact (value-based) dependence analysis: past it,
+# the memory-based answer. An 11-line kernel of the fuzzer (seed 9620: strided and
+# triangular loops, clamped transposed writes into one array) spent 22 s in one array's
+# exact analysis (5 s with this bound). The heaviest analyses of the benchmarks and the
+# test suite (the deconvolution gradient's) need 1-2 million operations.
+DEPENDENCE_QUOTA = 5_000_000
+
+
 def _variable_dependences(var_reads, must_w, writes, tree: isl.Schedule, flow_only: bool):
-    """(flow, output, anti) dependences of one variable under the schedule ``tree``;
-    output and anti are None when ``flow_only``."""
+    """(flow, output, anti) dependences of one variable under the schedule ``tree``, and
+    why they are memory-based (None where ISL's exact analysis answered); output and anti
+    are None when ``flow_only``."""
 
     # The schedule is a tree, restricted to the statements that touch this variable.
     # (isl's schedule-*map* path of compute_flow, ``set_schedule_map``, drops
@@ -1048,30 +1062,41 @@ def _variable_dependences(var_reads, must_w, writes, tree: isl.Schedule, flow_on
     # under ``for i in range(0, N, 3)`` lost its dependences and was scheduled after
     # writes it precedes, fuzz seed 144.)
     tree = tree.intersect_domain(writes.domain().union(var_reads.domain()))
+    inexact: list[str] = []
 
     def flow(sink, must_src, may_src):
         ai = isl.UnionAccessInfo.from_sink(sink).set_must_source(must_src) \
             .set_may_source(may_src).set_schedule(tree)
+        ctx = tree.get_ctx()
+        ctx.reset_operations()
+        ctx.set_max_operations(DEPENDENCE_QUOTA)
         try:
             return ai.compute_flow().get_may_dependence()
         except isl.Error:
             # ISL's exact analysis fails on some piecewise accesses ("affine
-            # expression involves some of the domain dimensions"); every
-            # earlier access of the same element is a superset of the exact
-            # answer, which is safe for every use of dependences.
+            # expression involves some of the domain dimensions") or runs past its
+            # quota (islpy's error does not say which); every earlier access of the
+            # same element is a superset of the exact answer, which is safe for every
+            # use of dependences.
+            ctx.set_max_operations(0)
+            inexact.append(f"ISL's exact analysis gave up (an access it cannot analyse, "
+                           f"or past its quota of {DEPENDENCE_QUOTA:_} operations)")
             return _ordered_pairs(must_src.union(may_src), sink, tree.get_map())
+        finally:
+            ctx.set_max_operations(0)
+            ctx.reset_operations()
 
     may_w = writes.subtract(must_w)
     flow_deps = flow(var_reads, must_w, may_w).coalesce()
     if flow_only:
-        return flow_deps, None, None
+        return flow_deps, None, None, (inexact or [None])[0]
     output = flow(writes, must_w, may_w).coalesce()
     # Reads after the last definite write before each write; writes kill
     # older reads, which keeps this cheap (their order is implied through
     # output dependences). Pairs that are output dependences already are
     # not repeated here.
     anti = flow(writes, must_w, var_reads).subtract(output)
-    return flow_deps, output, anti
+    return flow_deps, output, anti, (inexact or [None])[0]
 
 
 def _program_order_groups(model: PolyModel, statements: Optional[list[Statement]] = None) \

@@ -73,7 +73,7 @@ def report(kernel, target: str = "openmp", deterministic: bool = False,
 
     Keys: ``kernel file line target deterministic params result sizes
     c_signature c_params context requirements statements scatter_to_gather
-    dependences dependences_computed schedule_origin schedule_decisions schedule_tree
+    dependences dependences_computed dependences_inexact schedule_origin schedule_decisions schedule_tree
     loops ast temporaries tapes source``, ``memory_budget`` where the kernel has tapes and
     ``checkpoints`` where a derived kernel's loop can be checkpointed
     (``polyad.checkpointing``). ISL objects appear in ISL's own notation.
@@ -113,6 +113,7 @@ def artifact_report(art: Artifact) -> dict:
         "scatter_to_gather": dict(sorted(sk.gather_decisions.items())),
         "dependences": _dependences(sk),
         "dependences_computed": _computed_kinds(sk),
+        "dependences_inexact": dict(sorted(sk.deps.inexact.items())),
         "schedule_origin": sk.schedule_origin,
         "schedule_decisions": list(sk.schedule_decisions),
         "schedule_tree": _schedule_tree(sk.schedule.get_root()),
@@ -467,6 +468,9 @@ def _text(d: dict) -> str:
     for var, kinds in partial.items():
         lines.append(f"  {var}: only {'/'.join(kinds)} dependences computed (all the "
                      f"scheduler uses for it)")
+    for var, why in d["dependences_inexact"].items():
+        lines.append(f"  {var}: memory-based (every earlier access of an element, not only "
+                     f"the last write before it; more order than needed, never less): {why}")
     if not d["dependences"]:
         lines.append("  none")
     for kind, meaning in DEPENDENCE_KINDS:

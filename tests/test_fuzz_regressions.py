@@ -111,7 +111,7 @@ def test_flow_keeps_sources_fixed_to_a_constant_beside_a_strided_loop():
     writes, sched = umap("y[j, i]"), umap("[i, j, k]")
     tree = isl.Schedule.from_domain(sched.domain()).insert_partial_schedule(
         isl.MultiUnionPwAff.from_union_map(sched))
-    flow, _, _ = poly._variable_dependences(writes, writes, writes, tree, flow_only=True)
+    flow, *_ = poly._variable_dependences(writes, writes, writes, tree, flow_only=True)
     pairs = set()
     flow.foreach_map(lambda m: pairs.add((m.get_tuple_name(isl.dim_type.in_),
                                           m.get_tuple_name(isl.dim_type.out))))
@@ -448,3 +448,38 @@ def test_a_kernel_called_in_a_branch_counts_as_writing_its_arrays():
     np.testing.assert_allclose(got_acc, want_acc, rtol=1e-14)
     np.testing.assert_array_equal(got_z, want_z)
     np.testing.assert_array_equal(got_y, want_y)
+
+
+def test_an_exact_analysis_past_its_quota_gives_way_to_the_memory_based_one(monkeypatch,
+                                                                           tmp_path):
+    """Fuzz seed 9620 (11 lines: strided and triangular loops, clamped transposed writes
+    into one array) spent 22 s in ISL's exact dependence analysis of that array. Past
+    ``poly.DEPENDENCE_QUOTA`` operations the analysis gives way to the memory-based
+    dependences (a superset): here a quota of one operation makes every analysis give
+    way, and the kernel still runs right; ``pa.explain`` says which arrays it concerns."""
+    monkeypatch.setenv("POLYAD_CACHE_DIR", str(tmp_path))   # no build from an exact run
+    monkeypatch.setattr(poly, "DEPENDENCE_QUOTA", 1)
+    k = pa.Kernel(ir_kernel=recurrence_in_place.ir)
+    text = pa.explain(k)
+    assert "z: memory-based (every earlier access of an element" in text, text
+    assert "past its quota of 1 operations" in text
+    rng = np.random.default_rng(9620)
+    for n in (1, 2, 5, 9):
+        x = rng.uniform(-1, 1, n)
+        z0 = rng.uniform(-1, 1, n)
+        want = z0.copy()
+        for i in range(1, n):
+            want[i] = want[i - 1] * 0.5 + x[max(i - 2, 0)]
+        want *= x
+        z = z0.copy()
+        k(x, z)
+        np.testing.assert_allclose(z, want, rtol=1e-12, atol=1e-12)
+
+
+def test_the_quota_leaves_exact_analyses_of_ordinary_kernels_alone():
+    """Under the default quota the exact analysis answers (no ``inexact`` variable):
+    the recurrence's dependence stays the last write only, z[i - 1] -> z[i]."""
+    model = poly.PolyModel(recurrence_in_place.ir)
+    deps = poly.dependences(model)
+    assert deps.inexact == {}
+    assert "memory-based" not in pa.explain(recurrence_in_place)
