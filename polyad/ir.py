@@ -695,6 +695,36 @@ class Kernel:
                 return p
         raise KeyError(name)
 
+    def outputs_assigned_first(self) -> tuple[str, ...]:
+        """The ``pa.Out`` arrays whose every element the kernel assigns before anything
+        reads it, so their contents before a call never matter: the first statement that
+        accesses one (in program order) is ``out[i0, .., ik] = value`` over
+        ``for i0 in range(0, extent0)`` .. one loop per dimension, in order, each of
+        step 1 over the whole extent, without a guard or condition and with a value that
+        does not read ``out``; and every other statement accessing ``out`` is in a later
+        top-level nest (one in the same nest could read an element before its iteration
+        assigns it). A derived kernel's zeroing of its adjoint outputs is such a
+        statement."""
+        names = []
+        for p in self.params:
+            if p.intent != "out" or not p.is_array:
+                continue
+            users = [st for st in self.statements if st.accesses(p.name)]
+            if not users:
+                continue
+            first = min(users, key=lambda st: st.position)
+            own = tuple(LoopVar(lp.var) for lp in first.loops)
+            if (first.target_name == p.name and first.op == "=" and first.guard is None
+                    and not first.conditions and not first.reads_variable(p.name)
+                    and first.target.index == own and len(own) == p.type.ndim
+                    and all(lp.lo == Const(0, lp.lo.dtype) and lp.step == 1
+                            and lp.hi == extent
+                            for lp, extent in zip(first.loops, p.type.shape))
+                    and all(st is first or st.position[0] > first.position[0]
+                            for st in users)):
+                names.append(p.name)
+        return tuple(names)
+
     def array_type(self, name: str) -> ArrayType:
         """The type of a parameter or temporary array named ``name``."""
         for p in self.params:

@@ -106,7 +106,8 @@ class Artifact:
     def build(self) -> "Build":
         sk = self.scheduled
         return Build(sk.kernel, self.source, self.signature, tuple(sk.requirements),
-                     tuple(sk.model.params), sk.chunked_extents, self.options.deterministic)
+                     tuple(sk.model.params), sk.chunked_extents, self.options.deterministic,
+                     self.kernel.outputs_assigned_first())
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,9 @@ class Build:
     fused chains run in chunks, where the fusion was the default's choice (the loader
     runs the unfused build for a call whose chunks leave threads idle); ``deterministic``:
     the source is a ``deterministic=True`` build's (compiled with every product rounded,
-    ``runtime.toolchain.arithmetic_flags``). Picklable: the
+    ``runtime.toolchain.arithmetic_flags``); ``assigned_outputs``: the ``pa.Out`` arrays
+    the kernel assigns entirely before reading them (``ir.Kernel.outputs_assigned_first``:
+    an omitted one needs no zeroing, ``runtime.output_pool``). Picklable: the
     pipeline cache stores it, so a new process loads a compiled kernel without running
     any stage.
     """
@@ -132,6 +135,7 @@ class Build:
     param_names: tuple
     chunked_extents: tuple = ()
     deterministic: bool = False
+    assigned_outputs: tuple = ()
 
 
 def pipeline_key(ir_kernel: ir.Kernel, options: Options) -> str:

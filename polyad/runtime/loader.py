@@ -31,7 +31,7 @@ from .. import callconv, ir
 from ..errors import ArgumentError, DTypeError, ShapeError
 from ..ir import SizeVar
 from ..schedule.fusion import runs_unfused
-from . import budget, threads
+from . import budget, output_pool, threads
 from .arrays import as_array_argument
 from .toolchain import load_library
 
@@ -246,6 +246,8 @@ class KernelFunction:
         self._temps = tuple((t.type.dtype.np, t.zero, _storage_shape(t.type, self._slot),
                              ffi.typeof(t.type.dtype.c_type + "[]")) for t in kernel.caller_temps)
         self._out_indices = tuple(i for i, p in enumerate(kernel.params) if p.intent == "out")
+        # omitted outputs the kernel assigns entirely before reading: recycled memory
+        self._recycled = frozenset()
         self._result_type = (None if kernel.result is None else
                              (kernel.result[1].np, ffi.typeof(kernel.result[1].c_type + "[]")))
         self._plans: dict = {}
@@ -465,7 +467,8 @@ class KernelFunction:
             values = list(values)  # the allocated outputs take their places
             for i, shape in plan.allocate:
                 spec = self._specs[i]
-                a = values[i] = np.zeros(shape(v), spec.dtype)
+                a = values[i] = (output_pool.empty(shape(v), spec.dtype) if i in self._recycled
+                                 else np.zeros(shape(v), spec.dtype))
                 cvals[i] = from_buffer(spec.buffer_type, a, False)
         for w, o in plan.alias_pairs:
             a, b = values[w], values[o]
@@ -639,16 +642,22 @@ class CompiledKernel(KernelFunction):
     Attributes: ``source`` (the C text), ``library`` (path), ``kernel`` (IR).
     ``deterministic``: the source of a ``deterministic=True`` build, compiled without
     contracting products into fused multiply-adds (``toolchain.arithmetic_flags``).
+    ``assigned_outputs``: the ``pa.Out`` arrays the kernel assigns entirely before
+    reading them (``ir.Kernel.outputs_assigned_first``); omitted, they are made on
+    memory earlier calls' outputs left (``runtime.output_pool``) instead of zeroed.
     """
 
     def __init__(self, kernel: ir.Kernel, source: str, signature, requirements, param_names,
-                 sanitize: Optional[str] = None, deterministic: bool = False):
+                 sanitize: Optional[str] = None, deterministic: bool = False,
+                 assigned_outputs: tuple = ()):
         self.source = source
         ffi = cffi.FFI()
         ffi.cdef(c_prototype(signature))
         self.library, self._lib, fn = load_library(source, signature.name, sanitize, ffi,
                                                    signature.name, deterministic)
         super().__init__(kernel, signature, requirements, param_names, ffi, fn)
+        self._recycled = frozenset(i for i, p in enumerate(kernel.params)
+                                   if p.name in assigned_outputs)
 
 
 def c_prototype(signature) -> str:

@@ -668,4 +668,4 @@ class OpenMPTarget:
     def load(self, build, sanitize: Optional[str] = None) -> CompiledKernel:
         return CompiledKernel(build.kernel, build.source, build.signature,
                               list(build.requirements), list(build.param_names), sanitize,
-                              build.deterministic)
+                              build.deterministic, build.assigned_outputs)
