@@ -1,5 +1,7 @@
 """Failures the differential fuzzer (tests/fuzz) found, as minimal tests."""
 
+import inspect
+
 import islpy as isl
 import numpy as np
 import pytest
@@ -160,13 +162,8 @@ def recurrence_in_place(x: pa.f64[N].clamped, z: pa.f64[N]):
         z[i] = z[i] * x[i]
 
 
-def test_compile_survives_without_exact_dependences(monkeypatch):
-    """A kernel compiles and runs right with the fallback dependences everywhere."""
-    def fail(self, *args, **kwargs):
-        raise isl.Error("simulated compute_flow failure")
-    monkeypatch.setattr(isl.UnionAccessInfo, "compute_flow", fail)
-    k = pa.Kernel(ir_kernel=recurrence_in_place.ir)   # fresh: no compiled cache
-    rng = np.random.default_rng(4)
+def _runs_the_recurrence_right(k, rng):
+    """``k`` (a build of ``recurrence_in_place``) against the recurrence in numpy."""
     for n in (1, 2, 5, 9):
         x = rng.uniform(-1, 1, n)
         z0 = rng.uniform(-1, 1, n)
@@ -177,6 +174,15 @@ def test_compile_survives_without_exact_dependences(monkeypatch):
         z = z0.copy()
         k(x, z)
         np.testing.assert_allclose(z, want, rtol=1e-12, atol=1e-12)
+
+
+def test_compile_survives_without_exact_dependences(monkeypatch):
+    """A kernel compiles and runs right with the fallback dependences everywhere."""
+    def fail(self, *args, **kwargs):
+        raise isl.Error("simulated compute_flow failure")
+    monkeypatch.setattr(isl.UnionAccessInfo, "compute_flow", fail)
+    k = pa.Kernel(ir_kernel=recurrence_in_place.ir)   # fresh: no compiled cache
+    _runs_the_recurrence_right(k, np.random.default_rng(4))
 
 
 def test_loop_bounds_divide_with_floor_semantics(tmp_path):
@@ -332,8 +338,10 @@ def test_a_branch_that_writes_its_condition_runs_alone():
     from ad_helpers import check_against_fd
 
     src = branch_writes_its_condition.source
-    assert "cond294 = z[j] >= -0.2 ? 1 : 0;  // line 294: if z[j] >= -0.2" in src
-    assert src.count("if (cond294 != 0)") == 2 and "if (!(cond294 != 0))" in src
+    lines, first = inspect.getsourcelines(branch_writes_its_condition)
+    line = first + [s.strip() for s in lines].index("if z[j] >= -0.2:")  # the if's DSL line
+    assert f"cond{line} = z[j] >= -0.2 ? 1 : 0;  // line {line}: if z[j] >= -0.2" in src
+    assert src.count(f"if (cond{line} != 0)") == 2 and f"if (!(cond{line} != 0))" in src
     rng = np.random.default_rng(5)
     for n in (1, 4, 33):
         x = rng.uniform(0.3, 1.0, n)  # every update pushes z[j] below -0.2 when it starts near 0
@@ -463,17 +471,7 @@ def test_an_exact_analysis_past_its_quota_gives_way_to_the_memory_based_one(monk
     text = pa.explain(k)
     assert "z: memory-based (every earlier access of an element" in text, text
     assert "past its quota of 1 operations" in text
-    rng = np.random.default_rng(9620)
-    for n in (1, 2, 5, 9):
-        x = rng.uniform(-1, 1, n)
-        z0 = rng.uniform(-1, 1, n)
-        want = z0.copy()
-        for i in range(1, n):
-            want[i] = want[i - 1] * 0.5 + x[max(i - 2, 0)]
-        want *= x
-        z = z0.copy()
-        k(x, z)
-        np.testing.assert_allclose(z, want, rtol=1e-12, atol=1e-12)
+    _runs_the_recurrence_right(k, np.random.default_rng(9620))
 
 
 def test_the_quota_leaves_exact_analyses_of_ordinary_kernels_alone():
