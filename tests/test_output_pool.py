@@ -64,16 +64,19 @@ def test_anything_that_refers_to_an_output_keeps_its_block(small_pool, keep):
     assert _address(c) == at
 
 
-def test_free_blocks_beyond_the_bound_are_let_go(small_pool, monkeypatch):
-    monkeypatch.setattr(output_pool, "FREE_BYTES", 1000)
+def test_the_pool_holds_at_most_its_bound(small_pool, monkeypatch):
+    monkeypatch.setattr(output_pool, "POOL_BYTES", 2450)
     a = small_pool.empty((100,), np.float64)   # 800 bytes
     b = small_pool.empty((200,), np.float64)   # 1600 bytes
     del a, b
     assert small_pool.held_bytes() == (2400, 2400)
-    c = small_pool.empty((10,), np.float64)   # free: 2400 > 1000, the older (a's) goes first
-    assert small_pool.held_bytes() == (80, 0)
+    c = small_pool.empty((10,), np.float64)    # a new block: the oldest free one (a's) goes
+    assert small_pool.held_bytes() == (1680, 1600)
+    d = small_pool.empty((1000,), np.float64)  # cannot fit even alone: a plain array
+    assert d.base is None and d.shape == (1000,)
+    assert small_pool.held_bytes() == (80, 0)  # b's free block went trying
     small_pool.release()
-    assert small_pool.held_bytes() == (80, 0)   # c is alive
+    assert small_pool.held_bytes() == (80, 0)  # c is alive
     del c
     small_pool.release()
     assert small_pool.held_bytes() == (0, 0)

@@ -11,7 +11,9 @@ call's result as it takes the next one's, so the same memory can serve again.
 (numpy's ``base`` is the array that owns the memory); so is anything that keeps such an
 array alive (a ``memoryview``, a DLPack capsule, a torch tensor from ``from_numpy``).
 A block that only this module refers to is free: the next output of the same size takes
-it. Free blocks beyond ``FREE_BYTES`` are let go, least recently used first.
+it. The blocks, in use or free, hold at most ``POOL_BYTES``: a new block lets go of free
+ones (least recently handed out first) to fit, and an output that still does not fit is
+a plain array, so after a program drops its outputs the pool keeps at most that much.
 
 Only outputs the kernel assigns entirely before reading them take recycled memory
 (``ir.Kernel.outputs_assigned_first``): their contents before the call never show.
@@ -28,8 +30,8 @@ import numpy as np
 
 # Below this, malloc reuses freed memory itself and a fresh array has few pages to fault.
 MIN_BYTES = 1 << 22
-# At most this much free memory is kept for later calls.
-FREE_BYTES = 1 << 30
+# The blocks, in use or free, hold at most this much.
+POOL_BYTES = 1 << 30
 
 _lock = threading.Lock()
 _blocks: list = []  # uint8 arrays, least recently handed out first
@@ -43,28 +45,30 @@ def _free(j: int) -> bool:
 
 def empty(shape: tuple, dtype) -> np.ndarray:
     """An uninitialized C-contiguous array of ``shape`` and ``dtype``: on a free block of
-    its size when there is one, else on a new block (small arrays: plain ``np.empty``)."""
+    its size when there is one, else on a new block if the pool has room for it, else a
+    plain ``np.empty`` array (so are arrays under ``MIN_BYTES``)."""
     dtype = np.dtype(dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if nbytes < MIN_BYTES:
         return np.empty(shape, dtype)
     with _lock:
-        block = None
         for j in range(len(_blocks)):
             if _blocks[j].nbytes == nbytes and _free(j):
                 block = _blocks.pop(j)
                 break
-        if block is None:
+        else:
+            held = sum(b.nbytes for b in _blocks)
+            for j in range(len(_blocks)):
+                if held + nbytes <= POOL_BYTES:
+                    break
+                if _free(j):
+                    held -= _blocks[j].nbytes
+                    _blocks[j] = None
+            _blocks[:] = [b for b in _blocks if b is not None]
+            if held + nbytes > POOL_BYTES:
+                return np.empty(shape, dtype)
             block = np.empty(nbytes, np.uint8)
         _blocks.append(block)
-        free = [j for j in range(len(_blocks) - 1) if _free(j)]
-        kept = sum(_blocks[j].nbytes for j in free)
-        for j in free:
-            if kept <= FREE_BYTES:
-                break
-            kept -= _blocks[j].nbytes
-            _blocks[j] = None
-        _blocks[:] = [b for b in _blocks if b is not None]
         return block.view(dtype).reshape(shape)
 
 
