@@ -24,6 +24,7 @@ size ``N``, array ``g``), so ``pa.explain`` output reads like the source.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import itertools
 import math
@@ -1042,6 +1043,20 @@ def within_outer_iterations(dep: isl.Map, c: int) -> bool:
     return dep.is_subset(same)
 
 
+@contextlib.contextmanager
+def operation_quota(ctx: isl.Context, operations: int):
+    """ISL calls on ``ctx`` inside the block raise ``isl.Error`` once they have made
+    ``operations`` operations; the bound is cleared on the way out, whatever happens (a
+    context left with a spent quota fails every later call)."""
+    ctx.reset_operations()
+    ctx.set_max_operations(operations)
+    try:
+        yield
+    finally:
+        ctx.set_max_operations(0)
+        ctx.reset_operations()
+
+
 # Bound on the ISL operations of one exact (value-based) dependence analysis: past it,
 # the memory-based answer. An 11-line kernel of the fuzzer (seed 9620: strided and
 # triangular loops, clamped transposed writes into one array) spent 22 s in one array's
@@ -1062,41 +1077,36 @@ def _variable_dependences(var_reads, must_w, writes, tree: isl.Schedule, flow_on
     # under ``for i in range(0, N, 3)`` lost its dependences and was scheduled after
     # writes it precedes, fuzz seed 144.)
     tree = tree.intersect_domain(writes.domain().union(var_reads.domain()))
-    inexact: list[str] = []
+    why = None
 
     def flow(sink, must_src, may_src):
+        nonlocal why
         ai = isl.UnionAccessInfo.from_sink(sink).set_must_source(must_src) \
             .set_may_source(may_src).set_schedule(tree)
-        ctx = tree.get_ctx()
-        ctx.reset_operations()
-        ctx.set_max_operations(DEPENDENCE_QUOTA)
         try:
-            return ai.compute_flow().get_may_dependence()
+            with operation_quota(tree.get_ctx(), DEPENDENCE_QUOTA):
+                return ai.compute_flow().get_may_dependence()
         except isl.Error:
             # ISL's exact analysis fails on some piecewise accesses ("affine
             # expression involves some of the domain dimensions") or runs past its
             # quota (islpy's error does not say which); every earlier access of the
             # same element is a superset of the exact answer, which is safe for every
             # use of dependences.
-            ctx.set_max_operations(0)
-            inexact.append(f"ISL's exact analysis gave up (an access it cannot analyse, "
-                           f"or past its quota of {DEPENDENCE_QUOTA:_} operations)")
+            why = (f"ISL's exact analysis gave up (an access it cannot analyse, or past "
+                   f"its quota of {DEPENDENCE_QUOTA:_} operations)")
             return _ordered_pairs(must_src.union(may_src), sink, tree.get_map())
-        finally:
-            ctx.set_max_operations(0)
-            ctx.reset_operations()
 
     may_w = writes.subtract(must_w)
     flow_deps = flow(var_reads, must_w, may_w).coalesce()
     if flow_only:
-        return flow_deps, None, None, (inexact or [None])[0]
+        return flow_deps, None, None, why
     output = flow(writes, must_w, may_w).coalesce()
     # Reads after the last definite write before each write; writes kill
     # older reads, which keeps this cheap (their order is implied through
     # output dependences). Pairs that are output dependences already are
     # not repeated here.
     anti = flow(writes, must_w, var_reads).subtract(output)
-    return flow_deps, output, anti, (inexact or [None])[0]
+    return flow_deps, output, anti, why
 
 
 def _program_order_groups(model: PolyModel, statements: Optional[list[Statement]] = None) \

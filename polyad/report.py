@@ -73,10 +73,11 @@ def report(kernel, target: str = "openmp", deterministic: bool = False,
 
     Keys: ``kernel file line target deterministic params result sizes
     c_signature c_params context requirements statements scatter_to_gather
-    dependences dependences_computed dependences_inexact schedule_origin schedule_decisions schedule_tree
-    loops ast temporaries tapes source``, ``memory_budget`` where the kernel has tapes and
-    ``checkpoints`` where a derived kernel's loop can be checkpointed
-    (``polyad.checkpointing``). ISL objects appear in ISL's own notation.
+    dependences dependences_computed dependences_inexact schedule_origin
+    schedule_decisions schedule_tree loops ast temporaries tapes source``,
+    ``memory_budget`` where the kernel has tapes and ``checkpoints`` where a derived
+    kernel's loop can be checkpointed (``polyad.checkpointing``). ISL objects appear in
+    ISL's own notation.
     """
     data = artifact_report(artifact_of(kernel, Options(target, deterministic, tile=tile,
                                                        fuse=fuse)))

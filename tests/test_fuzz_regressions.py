@@ -481,3 +481,23 @@ def test_the_quota_leaves_exact_analyses_of_ordinary_kernels_alone():
     deps = poly.dependences(model)
     assert deps.inexact == {}
     assert "memory-based" not in pa.explain(recurrence_in_place)
+
+
+def test_a_spent_operation_quota_is_cleared_on_the_way_out():
+    """``poly.operation_quota`` (the dependence analysis's and the scheduler's bound):
+    a call past the quota raises, and the context then works again (islpy keeps a spent
+    quota on the context otherwise, and every later call fails)."""
+    ctx = isl.Context()
+    reads = isl.UnionMap.read_from_str(ctx, "[N] -> { S[i] -> a[i - 1] : 0 < i < N }")
+    writes = isl.UnionMap.read_from_str(ctx, "[N] -> { S[i] -> a[i] : 0 <= i < N }")
+    sched = isl.UnionMap.read_from_str(ctx, "[N] -> { S[i] -> [i] }")
+
+    def flow():
+        return isl.UnionAccessInfo.from_sink(reads).set_must_source(writes) \
+            .set_schedule_map(sched).compute_flow().get_may_dependence()
+    with pytest.raises(isl.Error):
+        with poly.operation_quota(ctx, 1):
+            flow()
+    assert ctx.get_max_operations() == 0
+    assert flow().is_equal(isl.UnionMap.read_from_str(
+        ctx, "[N] -> { S[i] -> S[i + 1] : 0 <= i < N - 1 }"))

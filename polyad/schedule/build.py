@@ -32,7 +32,7 @@ from .loop_order import (add_decisions, expand_reduction_rows, interchange_for_r
                          jam_small_loops,
                          unit_stride_innermost)
 from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, dependences,
-                    maps_of, split_boundary_pieces)
+                    maps_of, operation_quota, split_boundary_pieces)
 
 _REDUCTION_OPS = {"+=": "+", "-=": "+", "*=": "*"}
 
@@ -713,15 +713,11 @@ def _isl_schedule(model: PolyModel, deps: Dependences) -> Optional[isl.Schedule]
     ctx = model.ctx
     ctx.set_schedule_outer_coincidence(1)
     ctx.set_schedule_max_coefficient(4)
-    ctx.reset_operations()
-    ctx.set_max_operations(SCHEDULER_QUOTA)
     try:
-        return sc.compute_schedule()
+        with operation_quota(ctx, SCHEDULER_QUOTA):
+            return sc.compute_schedule()
     except isl.Error:
         return None
-    finally:
-        ctx.set_max_operations(0)
-        ctx.reset_operations()
 
 
 def _candidate(schedule: isl.Schedule, kernel: ir.Kernel, model: PolyModel,
