@@ -431,6 +431,14 @@ class Loop:
     step: int = 1
 
 
+def loops_cover(loops, shape) -> bool:
+    """Are ``loops`` ``for v in range(0, E)`` with ``E`` the extents of ``shape``, one per
+    dimension, in order (every element of an array of that shape, once)?"""
+    return len(loops) == len(shape) and all(
+        lp.step == 1 and isinstance(lp.lo, Const) and lp.lo.value == 0 and lp.hi == ext
+        for lp, ext in zip(loops, shape))
+
+
 @dataclass(frozen=True)
 class Condition:
     """An affine condition of the iteration domain; ``positive=False`` means its negation."""
@@ -713,13 +721,10 @@ class Kernel:
             if not users:
                 continue
             first = min(users, key=lambda st: st.position)
-            own = tuple(LoopVar(lp.var) for lp in first.loops)
             if (first.target_name == p.name and first.op == "=" and first.guard is None
                     and not first.conditions and not first.reads_variable(p.name)
-                    and first.target.index == own and len(own) == p.type.ndim
-                    and all(lp.lo == Const(0, lp.lo.dtype) and lp.step == 1
-                            and lp.hi == extent
-                            for lp, extent in zip(first.loops, p.type.shape))
+                    and first.target.index == tuple(LoopVar(lp.var) for lp in first.loops)
+                    and loops_cover(first.loops, p.type.shape)
                     and all(st is first or st.position[0] > first.position[0]
                             for st in users)):
                 names.append(p.name)

@@ -95,13 +95,6 @@ def _is_identity_over(st: ir.Statement, loops) -> bool:
                     for e, lp in zip(t.index, loops)))
 
 
-def _covers(loops, shape) -> bool:
-    """Loops ``for v in range(0, E)`` with E the array's extents, in order."""
-    return len(loops) == len(shape) and all(
-        lp.step == 1 and isinstance(lp.lo, ir.Const) and lp.lo.value == 0 and lp.hi == ext
-        for lp, ext in zip(loops, shape))
-
-
 def _sets_whole_array(kernel: ir.Kernel, z: ir.Statement) -> bool:
     """Is ``z`` ``T[i, j, ...] = c`` (a constant) over all of T, alone in its top-level nest?"""
     return not z.conditions and _sets_array(kernel, z)
@@ -113,7 +106,7 @@ def _sets_array(kernel: ir.Kernel, z: ir.Statement) -> bool:
     t = z.target
     return (isinstance(t, Load) and bool(z.loops) and z.op == "=" and z.guard is None
             and isinstance(z.expr, ir.Const)
-            and _covers(z.loops, kernel.array_type(t.array).shape)
+            and ir.loops_cover(z.loops, kernel.array_type(t.array).shape)
             and _is_identity_over(z, z.loops) and len(t.index) == len(z.loops)
             and sum(1 for s in kernel.statements if s.position[0] == z.position[0]) == 1)
 
@@ -152,7 +145,7 @@ def fuse_zero_initialization(kernel: ir.Kernel) -> tuple[ir.Kernel, tuple[str, .
         users = [s for s in nest if s.accesses(t.array)]
         d = len(shape)
         head = nest[0]
-        if (not z.conditions and common_depth(nest) >= d and _covers(head.loops[:d], shape)
+        if (not z.conditions and common_depth(nest) >= d and ir.loops_cover(head.loops[:d], shape)
                 and all(s.op in ("+=", "-=") and _is_identity_over(s, head.loops[:d])
                         and len(s.target.index) == d
                         and not s.reads_variable(t.array) for s in users)):
@@ -161,7 +154,7 @@ def fuse_zero_initialization(kernel: ir.Kernel) -> tuple[ir.Kernel, tuple[str, .
             # one row per iteration (a zeroing of several dimensions in an outer loop would
             # cut the nest's shared loops, which the loop-order passes need, for no reuse)
             c = d - 1
-            if not (c and common_depth(nest) >= c and _covers(head.loops[:c], shape[:c])
+            if not (c and common_depth(nest) >= c and ir.loops_cover(head.loops[:c], shape[:c])
                     and rows_selected_by_loops(nest, t.array, c)):
                 continue
         first = min(s.position[c] for s in nest)
