@@ -210,7 +210,10 @@ class KernelFunction:
     result. ``CompiledKernel`` (JIT) and ``polyad.build.load`` (a prebuilt
     cffi extension) both call kernels through this class.
     Attributes: ``kernel`` (IR), ``signature`` (``CSignature``: the C parameters),
-    ``requirements`` (size conditions checked before the call).
+    ``requirements`` (size conditions checked before the call). The argument
+    ``assigned_outputs``: the ``pa.Out`` arrays the kernel assigns entirely before
+    reading them (``ir.Kernel.outputs_assigned_first``); omitted, they are made on
+    memory earlier calls' outputs left (``runtime.output_pool``) instead of zeroed.
 
     Inputs other than numpy arrays (DLPack, the array interface, ndarray
     subclasses) take one more branch where a parameter's guard fails:
@@ -219,7 +222,7 @@ class KernelFunction:
     """
 
     def __init__(self, kernel: ir.Kernel, signature, requirements, param_names, ffi: cffi.FFI,
-                 fn):
+                 fn, assigned_outputs: tuple = ()):
         self.kernel = kernel
         self.signature = signature
         self.requirements = requirements
@@ -246,8 +249,8 @@ class KernelFunction:
         self._temps = tuple((t.type.dtype.np, t.zero, _storage_shape(t.type, self._slot),
                              ffi.typeof(t.type.dtype.c_type + "[]")) for t in kernel.caller_temps)
         self._out_indices = tuple(i for i, p in enumerate(kernel.params) if p.intent == "out")
-        # omitted outputs the kernel assigns entirely before reading: recycled memory
-        self._recycled = frozenset()
+        self._recycled = frozenset(i for i, p in enumerate(kernel.params)
+                                   if p.name in assigned_outputs)
         self._result_type = (None if kernel.result is None else
                              (kernel.result[1].np, ffi.typeof(kernel.result[1].c_type + "[]")))
         self._plans: dict = {}
@@ -642,9 +645,7 @@ class CompiledKernel(KernelFunction):
     Attributes: ``source`` (the C text), ``library`` (path), ``kernel`` (IR).
     ``deterministic``: the source of a ``deterministic=True`` build, compiled without
     contracting products into fused multiply-adds (``toolchain.arithmetic_flags``).
-    ``assigned_outputs``: the ``pa.Out`` arrays the kernel assigns entirely before
-    reading them (``ir.Kernel.outputs_assigned_first``); omitted, they are made on
-    memory earlier calls' outputs left (``runtime.output_pool``) instead of zeroed.
+    ``assigned_outputs``: as for ``KernelFunction``.
     """
 
     def __init__(self, kernel: ir.Kernel, source: str, signature, requirements, param_names,
@@ -655,9 +656,8 @@ class CompiledKernel(KernelFunction):
         ffi.cdef(c_prototype(signature))
         self.library, self._lib, fn = load_library(source, signature.name, sanitize, ffi,
                                                    signature.name, deterministic)
-        super().__init__(kernel, signature, requirements, param_names, ffi, fn)
-        self._recycled = frozenset(i for i, p in enumerate(kernel.params)
-                                   if p.name in assigned_outputs)
+        super().__init__(kernel, signature, requirements, param_names, ffi, fn,
+                         assigned_outputs)
 
 
 def c_prototype(signature) -> str:
