@@ -159,6 +159,13 @@ def test_recycled_outputs_hold_the_kernels_values(small_pool):
     g1 = grad(x)
     g1[:] = np.nan
     del g1
+    g2 = grad(x)
+    # the gradient of sum (x[m, n] - x[m, max(n - 1, 0)])^2, in numpy
+    r = x - np.concatenate([x[:, :1], x[:, :-1]], axis=1)
+    want_grad = 2 * r
+    want_grad[:, :-1] -= 2 * r[:, 1:]
+    want_grad[:, 0] -= 2 * r[:, 0]
+    np.testing.assert_allclose(g2, want_grad, rtol=1e-13, atol=1e-14)
     np.testing.assert_allclose(grad(x), pa.grad(cost, wrt="x")(x.copy()), rtol=1e-14)
     assert not np.isnan(grad(x)).any()
 
