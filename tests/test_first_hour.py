@@ -2,7 +2,6 @@
 where and how to fix; CC and sanitizer failures are polyad errors."""
 
 import os
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -10,6 +9,7 @@ import textwrap
 import pytest
 
 import polyad as pa
+from tests.fuzz import runner as fuzz_runner
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 M, N = pa.sizes("M N")
@@ -96,10 +96,8 @@ def test_sanitized_kernel_without_runtime_is_an_error_not_an_abort():
 
 
 def test_sanitized_kernel_with_only_ld_preload_compiles_cold(tmp_path):
-    gcc = shutil.which("gcc")
-    libasan = gcc and subprocess.run([gcc, "-print-file-name=libasan.so"], capture_output=True,
-                                     text=True).stdout.strip()
-    if not libasan or not os.path.isabs(libasan):
+    libasan = fuzz_runner.libasan()
+    if libasan is None:
         pytest.skip("gcc with libasan not available")
     code = TWICE + 'print("RESULT", pa.compile(twice, sanitize="address")(np.arange(3.0)))\n'
     proc = run_python(code, {"LD_PRELOAD": libasan, "POLYAD_CACHE_DIR": str(tmp_path)})
