@@ -478,16 +478,18 @@ def test_accumulator_arrays_are_the_arrays_only_updates_touch_in_loops():
     # dx[i] += dx[i] * 0.5 reads the target: value-based dependences, as before
     assert accumulator_arrays(compile_kernel(read_after_scatter.ir).scheduled.kernel) \
         == frozenset()
-    # the filter gradient d_w[a, b] += ...; d_u is gathered, its zeroing d_u[i, j] = 0
-    # joins the gather's nest and writes the element of its own iteration, which the
-    # gather's updates then add to (the loop facts of both analyses agree: the test above)
+    # the filter gradient d_w[a, b] += ...; d_u is gathered. Its zeroing d_u[i, j] = 0
+    # joined the gather's nest, then ran as a nest of its own once the gather's tap loops
+    # moved outside the row loop (loop_order._initializations): every d_u update comes
+    # in a later nest (the loop facts of both analyses agree: the test above)
     grad = _facts_with_value_based_dependences(pa.grad(clamped_energy, wrt=["u", "w"]))
     assert grad.deps.memory_based == {"d_w", "d_u"}
     zeroing = [st for st in grad.kernel.statements
                if st.target_name == "d_u" and st.op == "=" and st.loops]
-    assert zeroing and all(any(o.position[0] == z.position[0] and o.op == "+="
-                               for o in grad.kernel.statements if o.target_name == "d_u")
-                           for z in zeroing)
+    updates = [o for o in grad.kernel.statements if o.target_name == "d_u" and o.op == "+="]
+    assert zeroing and updates and all(o.position[0] > z.position[0]
+                                       for z in zeroing for o in updates)
+    assert all(o.loops[-1].var == "n" for o in updates if o.loops)
 
 
 @pa.kernel

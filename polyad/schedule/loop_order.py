@@ -23,7 +23,9 @@ A loop moves only when its bounds do not use the loops it passes and theirs
 do not use it. Each statement of a rewritten nest gets a nest of its own
 (distribution: legal for the same reason), unless two of them write one
 array, when the nest is left alone (their terms would interleave
-differently).
+differently). A statement that only sets each element before the nest adds into
+it (a gather's zeroing, ``_initializations``) is not part of that rule: it runs
+as a nest of its own before the others.
 
 When. The innermost loop has a small constant trip count (at most
 ``SMALL_TRIP``: filter taps), and another loop whose trip count grows with
@@ -60,15 +62,17 @@ def unit_stride_innermost(kernel: ir.Kernel) -> tuple[ir.Kernel, dict[str, str]]
     decisions: dict[str, str] = {}
     new_order: dict[str, tuple] = {}  # piece name -> its loops, reordered
     for pos, nest in sorted(loop_nests(kernel).items()):
-        owners = list(dict.fromkeys(st.owner for st in nest))
-        why = _not_order_free(nest)
+        inits = _initializations(nest)
+        updates = [st for st in nest if st not in inits]
+        owners = list(dict.fromkeys(st.owner for st in updates))
+        why = _not_order_free(updates, {z.target.array for z in inits})
         if why:
-            for st in nest:
+            for st in updates:
                 if _reordered(st)[0] is not None:
                     decisions.setdefault(st.owner, f"loop order kept: {why}")
             continue
         moved = {}
-        for st in nest:
+        for st in updates:
             loops, text = _reordered(st)
             if loops is not None:
                 moved[st.name] = loops
@@ -76,21 +80,62 @@ def unit_stride_innermost(kernel: ir.Kernel) -> tuple[ir.Kernel, dict[str, str]]
         if not moved:
             continue
         writers: dict[str, set] = {}
-        for st in nest:
+        for st in updates:
             writers.setdefault(st.target.array, set()).add(st.owner)
         if len(owners) > 1 and any(len(w) > 1 for w in writers.values()):
             for owner in owners:
                 decisions.pop(owner, None)
             continue
+        for z in inits:
+            add_decisions(decisions, {z.owner: f"{z.name} moved to a nest of its own before the "
+                                               "updates of the elements it sets (their loops "
+                                               "reordered)"})
         new_order.update(moved)
     if not new_order:
         return kernel, {}
     return _apply(kernel, new_order), decisions
 
 
-def _not_order_free(nest: list) -> str:
-    """Why the nest is not order-free, or ''."""
-    written = set()
+def _initializations(nest: list) -> list:
+    """The statements of ``nest`` that set each element of an array the rest only adds into,
+    before those additions: ``d_x[b, ci, h, v] = 0`` in the loops ``b, h, ci, v``, which
+    ``cleanup.fuse_zero_initialization`` put ahead of ``d_x[b, ci, h, v] += ...`` in the
+    loops ``b, h, ci, v, co, kh, kw``.
+
+    Such a statement ``Z`` may run as a nest of its own before the others (which then
+    reorder freely) when: its target's indices are its loop variables, each once, so each
+    iteration sets its own element; every other statement touching that array adds into
+    the element ``Z`` sets in the same iteration of ``Z``'s loops (the same loops and
+    target, after ``Z`` there); ``Z`` reads nothing the nest writes; and its owner owns
+    none of those additions (``_apply`` gives each owner a nest of its own). Every
+    element is then set before any term arrives, as before.
+    """
+    written = {st.target.array if isinstance(st.target, Load) else st.target.name
+               for st in nest}
+    found = []
+    for z in nest:
+        t = z.target
+        if z.op != "=" or not isinstance(t, Load) or z.guard is not None:
+            continue
+        names = [e.name for e in t.index if isinstance(e, LoopVar)]
+        if len(names) != len(t.index) or sorted(names) != sorted(z.loop_vars):
+            continue
+        if any(isinstance(x, Load) and x.array in written or isinstance(x, ScalarRef)
+               and x.name in written for x in ir.walk(z.expr)):
+            continue
+        d = len(z.loops)
+        users = [st for st in nest if st is not z and st.accesses(t.array)]
+        if users and all(st.op in ("+=", "-=") and st.target == t and st.owner != z.owner
+                         and st.loops[:d] == z.loops and st.position[:d] == z.position[:d]
+                         and st.position[d] > z.position[d] for st in users):
+            found.append(z)
+    return found
+
+
+def _not_order_free(nest: list, initialized: set = frozenset()) -> str:
+    """Why the nest is not order-free, or ''. ``initialized`` names arrays the nest only adds
+    into once an initialization kept out of ``nest`` has set them (``_initializations``)."""
+    written = set(initialized)
     for st in nest:
         if not isinstance(st.target, Load) or st.op not in ("+=", "-="):
             return f"{st.name} is not an update '+=' of an array element"
