@@ -240,6 +240,12 @@ GRADIENT_SCRIPT = textwrap.dedent(
                                               w=rng.standard_normal((co, ci, 3, 3)),
                                               y=rng.standard_normal((b, co, h, w))),
                   dict(B=b, CI=ci, CO=co, H=h, W=w))
+        # wrt x alone: the zeroing of d_x runs row by row before the gather's taps
+        for b, ci, co, h, w in [(1, 1, 1, 1, 1), (1, 2, 3, 2, 5), (2, 2, 2, 4, 37)]:
+            check(conv_cost, ["x"], dict(x=rng.standard_normal((b, ci, h, w)),
+                                         w=rng.standard_normal((co, ci, 3, 3)),
+                                         y=rng.standard_normal((b, co, h, w))),
+                  dict(B=b, CI=ci, CO=co, H=h, W=w))
         print("ASAN-SCRIPT-OK")
 
 

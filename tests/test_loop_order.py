@@ -430,9 +430,10 @@ def test_sum_row_belongs_to_the_loop_the_threads_share():
         np.testing.assert_allclose(decayed_sums(u, f), want["acc"], rtol=1e-13, atol=1e-13)
 
 
-def _zero_then_taps(update_reads_target=False, one_owner=False):
+def _zero_then_taps(update_reads_target=False, one_owner=False, second_sum=False):
     """``o[i, n] = 0`` then ``o[i, n] += x[i, n + k]`` for k < 3, in one nest (what
-    ``cleanup.fuse_zero_initialization`` leaves of a gather's zeroing)."""
+    ``cleanup.fuse_zero_initialization`` leaves of a gather's zeroing); with
+    ``second_sum``, also ``p[i, n] += x[i, n + k]``, a statement of its own."""
     i, n, kk = ir.LoopVar("i"), ir.LoopVar("n"), ir.LoopVar("k")
     two = (ir.Loop("i", ir.Const(0, ir.i64), ir.SizeVar("M")),
            ir.Loop("n", ir.Const(0, ir.i64), ir.SizeVar("N")))
@@ -443,31 +444,60 @@ def _zero_then_taps(update_reads_target=False, one_owner=False):
         term = ir.Binary("*", term, ir.Load("o", (i, n)), ir.f64)
     zero = ir.Statement("S0", two, (0, 0, 0), (), None, target, "=", ir.Const(0.0, ir.f64))
     taps = ir.Statement("S1", three, (0, 0, 1, 0), (), None, target, "+=", term)
+    statements = (zero, taps)
+    params = (ir.Param("x", ir.f64[M, N + 2]), ir.Param("o", ir.f64[M, N], "inout"))
     if one_owner:  # two pieces of one statement
         zero = zero.split("boundary", 0, "S0_0")
         taps = dataclasses.replace(taps, name="S0").split("boundary", 1, "S0_1")
-    return ir.Kernel("k", (ir.Param("x", ir.f64[M, N + 2]), ir.Param("o", ir.f64[M, N], "inout")),
-                     ("M", "N"), (), (), (zero, taps))
+        statements = (zero, taps)
+    if second_sum:
+        statements += (ir.Statement("S2", three, (0, 0, 1, 1), (), None, ir.Load("p", (i, n)),
+                                    "+=", term),)
+        params += (ir.Param("p", ir.f64[M, N], "inout"),)
+    return ir.Kernel("k", params, ("M", "N"), (), (), statements)
 
 
-def test_an_initialization_leaves_the_nest_whose_updates_are_reordered():
+def _same_sums(kernel, out):
+    """``out`` computes what ``kernel`` computes, over whatever o and p held before."""
+    rng = np.random.default_rng(13)
+    x = rng.standard_normal((3, 21))
+    want = sum(x[:, k:k + 19] for k in range(3))
+    arrays = dict(x=x, o=np.full((3, 19), 7.0))
+    if any(p.name == "p" for p in kernel.params):
+        arrays["p"] = np.ones((3, 19))
+    for k in (kernel, out):
+        _, got = interpret(k, {a: v.copy() for a, v in arrays.items()}, dict(M=3, N=19))
+        np.testing.assert_allclose(got["o"], want, rtol=1e-12)
+        if "p" in arrays:
+            np.testing.assert_allclose(got["p"], 1.0 + want, rtol=1e-12)
+
+
+def test_an_initialization_runs_along_the_row_before_the_reordered_updates():
     kernel = _zero_then_taps()
     out, decisions = unit_stride_innermost(kernel)
     zero, taps = out.statements
-    # the zeroing runs first, in a nest of its own; the taps' row loop n is innermost
+    # one nest: in each iteration of i, the zeroing of the row, then the taps with the row
+    # loop n innermost
     assert zero.op == "=" and [lp.var for lp in zero.loops] == ["i", "n"]
     assert taps.op == "+=" and [lp.var for lp in taps.loops] == ["i", "k", "n"]
-    assert zero.position[0] < taps.position[0]
+    assert zero.position == (0, 0, 0) and taps.position == (0, 1, 0, 0)
     assert "loop n moved innermost" in decisions["S1"]
+    assert "S0 runs along the loop n before the updates of the elements it sets" \
+        in decisions["S0"]
+    _same_sums(kernel, out)
+
+
+def test_an_initialization_leaves_a_nest_that_is_distributed():
+    """Two sums of their own (the nest is split, one nest per statement): the zeroing
+    runs in a nest of its own before them."""
+    kernel = _zero_then_taps(second_sum=True)
+    out, decisions = unit_stride_innermost(kernel)
+    zero, taps, other = out.statements
+    assert [lp.var for lp in zero.loops] == ["i", "n"]
+    assert [lp.var for lp in taps.loops] == [lp.var for lp in other.loops] == ["i", "k", "n"]
+    assert zero.position[0] < taps.position[0] < other.position[0]
     assert "S0 moved to a nest of its own before the updates" in decisions["S0"]
-    # the same sums as in program order, over whatever o held before
-    rng = np.random.default_rng(13)
-    x = rng.standard_normal((3, 21))
-    o = np.full((3, 19), 7.0)
-    want = sum(x[:, k:k + 19] for k in range(3))
-    for k in (kernel, out):
-        _, got = interpret(k, dict(x=x, o=o.copy()), dict(M=3, N=19))
-        np.testing.assert_allclose(got["o"], want, rtol=1e-12)
+    _same_sums(kernel, out)
 
 
 @pytest.mark.parametrize("case", ["update_reads_target", "one_owner"])
@@ -500,16 +530,23 @@ def conv_input_cost(x: pa.f64[B, CI, H, W].zero, w: pa.f64[CO, CI, 3, 3],
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_input_gradient_alone_gets_the_pixel_row_innermost(deterministic):
     """The gradient wrt x only: d_x's zeroing joins the gather's nest (no d_w keeps it
-    apart); it must leave it again so that the gather's taps move outside the row loop
-    (104 -> 23 ms at B=4 4->8ch 512x512 f32, benchmarks/README)."""
+    apart); the gather's taps must still move outside the row loop (104 -> 16 ms at B=4
+    4->8ch 512x512 f32, benchmarks/README)."""
     grad = pa.grad(conv_input_cost, wrt="x")
     sk = _scheduled(grad, deterministic)
     gathers = [st for st in sk.kernel.statements if st.target_name == "d_x" and st.op == "+="]
     assert gathers and all(st.loops[-1].var == "v" and "kh" not in st.loop_vars
                            and "kw" not in st.loop_vars for st in gathers)
+    # the zeroing of each row runs just before the row's updates, in the iteration of the
+    # loops they share, and the gather runs in the loop over b of the nest writing d_s
     (zeroing,) = [st for st in sk.kernel.statements if st.target_name == "d_x" and st.op == "="]
-    assert all(st.position[0] > zeroing.position[0] for st in gathers)
-    assert "moved to a nest of its own before the updates" in pa.explain(grad)
+    k = len(zeroing.loops) - 1
+    assert all(st.loops[:k] == zeroing.loops[:k] and st.position[:k] == zeroing.position[:k]
+               and st.position[k] > zeroing.position[k] for st in gathers)
+    producers = [st for st in sk.kernel.statements if st.target_name == "d_s_expanded"]
+    assert producers and all(st.position[0] == zeroing.position[0] for st in producers)
+    assert "runs along the loop v before the updates of the elements it sets" \
+        in pa.explain(grad)
     fn = pa.compile(grad, deterministic=deterministic)
     rng = np.random.default_rng(14)
     for b, ci, co, h, w in [(1, 1, 1, 1, 1), (1, 2, 3, 4, 16), (2, 3, 2, 5, 37)]:

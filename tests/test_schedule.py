@@ -480,8 +480,9 @@ def test_accumulator_arrays_are_the_arrays_only_updates_touch_in_loops():
         == frozenset()
     # the filter gradient d_w[a, b] += ...; d_u is gathered. Its zeroing d_u[i, j] = 0
     # joined the gather's nest, then ran as a nest of its own once the gather's tap loops
-    # moved outside the row loop (loop_order._initializations): every d_u update comes
-    # in a later nest (the loop facts of both analyses agree: the test above)
+    # moved outside the row loop (loop_order._initializations; the border piece keeps its
+    # loop order, so the zeroing cannot run row by row in the nest): every d_u update
+    # comes in a later nest (the loop facts of both analyses agree: the test above)
     grad = _facts_with_value_based_dependences(pa.grad(clamped_energy, wrt=["u", "w"]))
     assert grad.deps.memory_based == {"d_w", "d_u"}
     zeroing = [st for st in grad.kernel.statements

@@ -61,6 +61,7 @@ def unit_stride_innermost(kernel: ir.Kernel) -> tuple[ir.Kernel, dict[str, str]]
     decisions (owner statement name -> what was done and why)."""
     decisions: dict[str, str] = {}
     new_order: dict[str, tuple] = {}  # piece name -> its loops, reordered
+    placed: dict[str, tuple] = {}  # statement name -> (loops, position), nest kept whole
     for pos, nest in sorted(loop_nests(kernel).items()):
         inits = _initializations(nest)
         updates = [st for st in nest if st not in inits]
@@ -86,14 +87,59 @@ def unit_stride_innermost(kernel: ir.Kernel) -> tuple[ir.Kernel, dict[str, str]]
             for owner in owners:
                 decisions.pop(owner, None)
             continue
+        rows = _initialized_rows(inits, updates, moved) if inits else None
+        if rows is not None:
+            placed.update(rows)
+            for z in inits:
+                add_decisions(decisions, {z.owner: f"{z.name} runs along the loop "
+                                                   f"{z.loops[-1].var} before the updates of "
+                                                   "the elements it sets, in the iteration of "
+                                                   "the loops they share (their loops "
+                                                   "reordered)"})
+            continue
         for z in inits:
             add_decisions(decisions, {z.owner: f"{z.name} moved to a nest of its own before the "
                                                "updates of the elements it sets (their loops "
                                                "reordered)"})
         new_order.update(moved)
-    if not new_order:
+    if not new_order and not placed:
         return kernel, {}
-    return _apply(kernel, new_order), decisions
+    if placed:
+        kernel = dataclasses.replace(kernel, statements=tuple(
+            dataclasses.replace(st, loops=placed[st.name][0], position=placed[st.name][1])
+            if st.name in placed else st for st in kernel.statements))
+    return (_apply(kernel, new_order) if new_order else kernel), decisions
+
+
+def _initialized_rows(inits: list, updates: list, moved: dict):
+    """{name: (loops, position)} keeping the initializations in their nest, each as a loop
+    of its own inside the loops it shares with the reordered updates, before them; None
+    when that does not apply (then they get nests of their own).
+
+    Applies when every update moved and they have one owner (they stay in one nest), and
+    the loops in front of the one each moved are the same ``k`` loops, all of them loops
+    of every initialization, which has more. The initializations' loops are a prefix of
+    the updates' (``_initializations``), whose targets are theirs: every update instance
+    adds into an element that an initialization sets in the same iteration of those ``k``
+    loops, where the initializations now run first."""
+    if len({st.owner for st in updates}) != 1 or set(moved) != {st.name for st in updates}:
+        return None
+    depths = set()
+    for st in updates:
+        new = moved[st.name]
+        depths.add(next(k for k, (a, b) in enumerate(zip(st.loops, new)) if a != b))
+    if len(depths) != 1:
+        return None
+    (k,) = depths
+    if any(len(z.loops) <= k for z in inits):
+        return None
+    out = {}
+    for slot, z in enumerate(sorted(inits, key=lambda z: z.position)):
+        out[z.name] = (z.loops, z.position[:k] + (slot,) + (0,) * (len(z.loops) - k))
+    for st in updates:
+        loops = moved[st.name]
+        out[st.name] = (loops, st.position[:k] + (len(inits),) + (0,) * (len(loops) - k))
+    return out
 
 
 def _initializations(nest: list) -> list:
