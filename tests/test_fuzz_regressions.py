@@ -501,3 +501,48 @@ def test_a_spent_operation_quota_is_cleared_on_the_way_out():
     assert ctx.get_max_operations() == 0
     assert flow().is_equal(isl.UnionMap.read_from_str(
         ctx, "[N] -> { S[i] -> S[i + 1] : 0 <= i < N - 1 }"))
+
+
+@pa.kernel
+def lane_sum_into_an_edge(x0: pa.f64[N + 1, N + 3].circular, y0: pa.Out(pa.f64[N + 3])):
+    for i in range(N):
+        for j in range(N):
+            y0[j + 2] += (x0[2 * j - 2, 2 * i + 1] - 3.0) * \
+                (0.5 if x0[j - 1, j - 2] > -0.2 else x0[i - 2, j])
+
+
+LANE_SUM_ASAN_SCRIPT = """
+import sys
+sys.path.insert(0, {tests!r})
+import numpy as np
+import polyad as pa
+import test_fuzz_regressions as t
+
+k = pa.compile(t.lane_sum_into_an_edge, sanitize="address")
+rng = np.random.default_rng(0)
+for n in (0, 1, 2, 3, 4, 40):
+    x0 = rng.standard_normal((n + 1, n + 3))
+    y0 = k(x0, np.zeros(n + 3))
+    want = np.zeros(n + 3)
+    at = lambda a, b: x0[a % (n + 1), b % (n + 3)]
+    for i in range(n):
+        for j in range(n):
+            want[j + 2] += (at(2 * j - 2, 2 * i + 1) - 3.0) * \
+                (0.5 if at(j - 1, j - 2) > -0.2 else at(i - 2, j))
+    np.testing.assert_allclose(y0, want, rtol=1e-12, atol=1e-12)
+print("ASAN-LANES-OK")
+"""
+
+
+def test_per_lane_sums_update_their_element_only_where_the_loop_runs(tmp_path, repo_root):
+    """Fuzz seed 10204 (heap overflow): a sum along a loop into one element, emitted as
+    per-lane partial sums, added them into ``y0[3]`` after the loop even where the loop
+    ran no iteration: at N = 0, where y0 has 3 elements. The update now sits under the
+    loop's condition."""
+    src = lane_sum_into_an_edge.source
+    assert "per-lane partial sums" in src
+    assert "// the loop ran: its updates are in bounds" in src
+    import test_asan
+    tests = str(__import__("pathlib").Path(__file__).resolve().parent)
+    test_asan.run_script_under_asan(tmp_path, repo_root,
+                                    LANE_SUM_ASAN_SCRIPT.format(tests=tests), "ASAN-LANES-OK")

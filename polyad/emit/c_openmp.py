@@ -552,11 +552,17 @@ class _Emitter:
         self.statements(plain, inner + "  ", atomic)
         self.target_override = {}
         self.out(inner, "}")
+        # the elements are updated only where the loop runs: where it does not, its
+        # bounds need not keep them inside their arrays (fuzz seed 10204: y0[3] of a
+        # 3-element y0 at N = 0)
+        self.out(inner, f"if (({init}) {rel} {bound}) {{  // the loop ran: its updates "
+                        "are in bounds")
         for target, acc in sums.items():
-            self.out(inner, f"for (int64_t {lane} = 1; {lane} < {n}; {lane}++) {{")
-            self.out(inner + "  ", f"{acc}[0] += {acc}[{lane}];")
-            self.out(inner, "}")
-            self.out(inner, f"{self.printer.load(target, self.names)} += {acc}[0];")
+            self.out(inner + "  ", f"for (int64_t {lane} = 1; {lane} < {n}; {lane}++) {{")
+            self.out(inner + "    ", f"{acc}[0] += {acc}[{lane}];")
+            self.out(inner + "  ", "}")
+            self.out(inner + "  ", f"{self.printer.load(target, self.names)} += {acc}[0];")
+        self.out(inner, "}")
         self.out(indent, "}")
         return True
 
