@@ -23,8 +23,9 @@ CI_SEEDS = [s for s in range(0, 30) if s not in KNOWN]
 ASAN_SEEDS = [s for s in range(16, 19) if s not in KNOWN] + [7100]
 # Seeds of later searches that failed and are fixed, each run with every check: 3107 (a
 # branch writing its condition), 3209 (tiling a band of fixed points), 3265 (scatters
-# moved behind writes of what they read), 3354 (partials that cancel).
-FIXED_SEEDS = [3107, 3209, 3265, 3354]
+# moved behind writes of what they read), 3354 (partials that cancel), 10208 (ISL unable
+# to bound a width with a rational coefficient, in poly.few_values).
+FIXED_SEEDS = [3107, 3209, 3265, 3354, 10208]
 
 
 def _report(results):
