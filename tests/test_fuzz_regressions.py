@@ -546,3 +546,40 @@ def test_per_lane_sums_update_their_element_only_where_the_loop_runs(tmp_path, r
     tests = str(__import__("pathlib").Path(__file__).resolve().parent)
     test_asan.run_script_under_asan(tmp_path, repo_root,
                                     LANE_SUM_ASAN_SCRIPT.format(tests=tests), "ASAN-LANES-OK")
+
+
+def test_isl_work_in_a_child_process_is_bounded_in_wall_time():
+    """``poly.text_within_seconds``: ISL work past its seconds, failing, or crashing gives
+    None and why, and the process goes on (fuzz seed 10591: ISL's scheduler ran for
+    minutes within its operation quota)."""
+    import os
+    import signal
+    import time
+    assert poly.text_within_seconds(lambda: "S[i] -> [i]", 10) == ("S[i] -> [i]", "")
+    big = "x" * 300_000  # more than a pipe holds at once
+    assert poly.text_within_seconds(lambda: big, 10) == (big, "")
+    t = time.monotonic()
+    assert poly.text_within_seconds(lambda: time.sleep(60) or "late", 0.5) == \
+        (None, "it ran past 0.5 s")
+    assert time.monotonic() - t < 30
+
+    def quota():
+        ctx = isl.Context()
+        with poly.operation_quota(ctx, 1):
+            return isl.Set.read_from_str(ctx, "{ [i] : 0 <= i < 10 }").coalesce().to_str()
+    assert poly.text_within_seconds(quota, 10) == \
+        (None, "ISL gave up (an error, or its operation quota)")
+    text, why = poly.text_within_seconds(lambda: os.kill(os.getpid(), signal.SIGSEGV), 10)
+    assert text is None and why == f"ISL crashed (signal {int(signal.SIGSEGV)})"
+
+
+def test_a_scheduler_past_its_seconds_leaves_the_program_order(monkeypatch, tmp_path):
+    """Past ``SCHEDULER_SECONDS`` the ISL scheduler's child is killed and the kernel keeps
+    the program order, which it runs right; ``pa.explain`` says why."""
+    from polyad.schedule import build
+    monkeypatch.setenv("POLYAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(build, "SCHEDULER_SECONDS", 0.0)
+    k = pa.Kernel(ir_kernel=recurrence_in_place.ir)
+    text = pa.explain(k)
+    assert "program order (the ISL scheduler gave up: it ran past 0 s)" in text, text
+    _runs_the_recurrence_right(k, np.random.default_rng(10591))

@@ -202,7 +202,7 @@ def test_thin_innermost_parallel_loop_is_left_sequential():
     from polyad.target.openmp import plan
     model = PolyModel(dsl.floyd_warshall.ir)
     deps = dependences(model)
-    cand = _candidate(_isl_schedule(model, deps), dsl.floyd_warshall.ir, model, deps)
+    cand = _candidate(_isl_schedule(model, deps)[0], dsl.floyd_warshall.ir, model, deps)
     loops = plan(cand).loops.values()
     parallel = [lp for lp in loops if lp.facts.parallel]
     assert parallel and not any(lp.threads for lp in loops)
@@ -216,7 +216,7 @@ def isl_candidate_plan(k):
     from polyad.poly import dependences
     from polyad.target.openmp import plan
     sk = compile_kernel(k.ir).scheduled
-    isl_schedule = _isl_schedule(sk.model, dependences(sk.model))
+    isl_schedule, _ = _isl_schedule(sk.model, dependences(sk.model))
     return plan(_candidate(isl_schedule, sk.kernel, sk.model, sk.deps))
 
 

@@ -32,7 +32,7 @@ from .loop_order import (add_decisions, expand_reduction_rows, interchange_for_r
                          jam_small_loops,
                          unit_stride_innermost)
 from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, dependences,
-                    maps_of, operation_quota, split_boundary_pieces)
+                    maps_of, operation_quota, split_boundary_pieces, text_within_seconds)
 
 _REDUCTION_OPS = {"+=": "+", "-=": "+", "*=": "*"}
 
@@ -561,11 +561,11 @@ def _schedule_kernel(kernel: ir.Kernel,
             # ISL's proximity objective could choose another schedule with them).
             extra = dependences(model, variables=scalars | deps.memory_based,
                                 flow_only=frozenset())
-            isl_schedule = _isl_schedule(model, Dependences(
+            isl_schedule, why = _isl_schedule(model, Dependences(
                 {**deps.flow, **extra.flow}, {**deps.anti, **extra.anti},
                 {**deps.output, **extra.output}))
         if isl_schedule is None:
-            origin = "program order (the ISL scheduler gave up within its operation quota)"
+            origin = f"program order (the ISL scheduler gave up: {why})"
         elif parallel < looped:
             with clock.stage("ast", n):
                 other = _candidate(isl_schedule, split, model, deps)
@@ -702,10 +702,15 @@ def _adjacent_equal_domains(model: PolyModel) -> dict[str, str]:
 
 # Bound on ISL's scheduler work (isl "operations"); past it we keep program order.
 SCHEDULER_QUOTA = 2_000_000
+# Bound on its wall time, for work the quota does not count (poly.text_within_seconds):
+# the scheduler runs in a child process, killed past it. The test suite's and the
+# benchmarks' schedules take well under a second.
+SCHEDULER_SECONDS = 20.0
 
 
-def _isl_schedule(model: PolyModel, deps: Dependences) -> Optional[isl.Schedule]:
-    """ISL's own schedule (validity = coincidence = proximity = all dependences), or None."""
+def _isl_schedule(model: PolyModel, deps: Dependences) -> tuple[Optional[isl.Schedule], str]:
+    """ISL's own schedule (validity = coincidence = proximity = all dependences), or None
+    and why not."""
     all_deps = deps.all(model.context.get_space())
     sc = (isl.ScheduleConstraints.on_domain(model.union_domain())
           .set_context(model.context).set_validity(all_deps)
@@ -713,11 +718,12 @@ def _isl_schedule(model: PolyModel, deps: Dependences) -> Optional[isl.Schedule]
     ctx = model.ctx
     ctx.set_schedule_outer_coincidence(1)
     ctx.set_schedule_max_coefficient(4)
-    try:
+
+    def compute() -> str:
         with operation_quota(ctx, SCHEDULER_QUOTA):
-            return sc.compute_schedule()
-    except isl.Error:
-        return None
+            return sc.compute_schedule().to_str()
+    text, why = text_within_seconds(compute, SCHEDULER_SECONDS)
+    return (None, why) if text is None else (isl.Schedule.read_from_str(ctx, text), "")
 
 
 def _candidate(schedule: isl.Schedule, kernel: ir.Kernel, model: PolyModel,
