@@ -33,6 +33,7 @@ import os
 import select
 import signal
 import time
+import warnings
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable, Optional
@@ -1081,7 +1082,13 @@ def text_within_seconds(compute: Callable[[], Optional[str]], seconds: float) \
         except isl.Error as exc:
             return None, f"ISL failed: {exc}"
     r, w = os.pipe()
-    pid = os.fork()
+    with warnings.catch_warnings():
+        # JAX warns at every fork that its threads make the child deadlock-prone; this
+        # child runs ISL only (C and malloc, which glibc keeps usable across fork) and
+        # leaves by os._exit, and a child that hung would be killed at the deadline
+        warnings.filterwarnings("ignore", message=r"os\.fork\(\) was called",
+                                category=RuntimeWarning)
+        pid = os.fork()
     if pid == 0:  # the child: compute, write the text, leave without Python's clean-up
         code = 1
         try:
