@@ -1076,11 +1076,13 @@ def text_within_seconds(compute: Callable[[], Optional[str]], seconds: float) \
     minutes under one of 1 000 000; no quota separates such kernels from the ones whose
     schedules the benchmarks need. A crash of ISL (a segfault, a C++ exception where the
     process preloads ASan) stays in the child too."""
+    gave_up = "ISL gave up (an error, or its operation quota)"
     if not hasattr(os, "fork"):
         try:
-            return compute(), ""
-        except isl.Error as exc:
-            return None, f"ISL failed: {exc}"
+            text = compute()
+        except isl.Error:
+            return None, gave_up
+        return (text, "") if text is not None else (None, gave_up)
     r, w = os.pipe()
     with warnings.catch_warnings():
         # JAX warns at every fork that its threads make the child deadlock-prone; this
@@ -1126,7 +1128,7 @@ def text_within_seconds(compute: Callable[[], Optional[str]], seconds: float) \
     if os.WIFSIGNALED(status):
         return None, f"ISL crashed (signal {os.WTERMSIG(status)})"
     if os.WEXITSTATUS(status) != 0:
-        return None, "ISL gave up (an error, or its operation quota)"
+        return None, gave_up
     return b"".join(chunks).decode(), ""
 
 

@@ -410,9 +410,9 @@ class _Emitter:
             indent = indent[:-2]
             self.out(indent, "}")
         if sums:
-            for target, (acc, st) in sums.items():
-                self.out(indent, f"{self.printer.load(target, self.names)} += {acc};"
-                                 + self.comment(st))
+            self.updates_after_loop(node, iters, indent, [
+                (target, [f"{self.printer.load(target, self.names)} += {acc};"
+                          + self.comment(st)]) for target, (acc, st) in sums.items()])
             self.out(indent[:-2], "}")
 
     def invariant_reads(self, node, name: str, iters: dict, atomic: frozenset,
@@ -460,12 +460,8 @@ class _Emitter:
         if all(self._constant_in_bounds(read) for read in kept):
             self.out(indent, "{")
         else:
-            it = node.for_get_iterator().get_id().get_name()
-            init = self.ast_c(node.for_get_init(), iters, loop_bound=True)
-            first = self.ast_c(node.for_get_cond(), {**iters, it: f"({init})"},
-                               loop_bound=True)
-            self.out(indent, f"if ({unparen(first)}) {{  // the loop runs: the reads it "
-                             f"makes before it are in bounds")
+            self.out(indent, f"if ({self.loop_runs(node, iters)}) {{  // the loop runs: the "
+                             f"reads it makes before it are in bounds")
         for read, local in kept.items():
             c_type = self.k.array_type(read.array).dtype.c_type
             self.out(indent + "  ", f"const {c_type} {local} = "
@@ -473,6 +469,33 @@ class _Emitter:
                                     f"{ir.expr_str(read)}, invariant along {name}")
         self.printer.kept_reads.update(kept)
         return kept
+
+    def loop_runs(self, node, iters: dict) -> str:
+        """The C condition that the ISL loop ``node`` makes at least one iteration (its
+        condition at its first value), for code before or after the loop that touches
+        only what the loop would."""
+        it = node.for_get_iterator().get_id().get_name()
+        init = self.ast_c(node.for_get_init(), iters, loop_bound=True)
+        return unparen(self.ast_c(node.for_get_cond(), {**iters, it: f"({init})"},
+                                  loop_bound=True))
+
+    def updates_after_loop(self, node, iters: dict, indent: str, updates: list) -> None:
+        """Print ``updates`` ((target element, C text of the statements updating it)) after
+        the loop ``node``, under the condition that the loop ran unless every target has
+        constant indices within constant extents: where the loop runs no iteration, its
+        bounds need not keep the elements inside their arrays (fuzz seed 10204: ``y0[3]``
+        of a 3-element ``y0`` at N = 0)."""
+        if all(self._constant_in_bounds(t) for t, _ in updates):
+            for _, lines in updates:
+                for line in lines:
+                    self.out(indent, line)
+            return
+        self.out(indent, f"if ({self.loop_runs(node, iters)}) {{  // the loop ran: its "
+                         "updates are in bounds")
+        for _, lines in updates:
+            for line in lines:
+                self.out(indent + "  ", line)
+        self.out(indent, "}")
 
     def _constant_in_bounds(self, read: Load) -> bool:
         """Whether ``read`` has constant indices within its array's constant extents."""
@@ -552,17 +575,12 @@ class _Emitter:
         self.statements(plain, inner + "  ", atomic)
         self.target_override = {}
         self.out(inner, "}")
-        # the elements are updated only where the loop runs: where it does not, its
-        # bounds need not keep them inside their arrays (fuzz seed 10204: y0[3] of a
-        # 3-element y0 at N = 0)
-        self.out(inner, f"if (({init}) {rel} {bound}) {{  // the loop ran: its updates "
-                        "are in bounds")
-        for target, acc in sums.items():
-            self.out(inner + "  ", f"for (int64_t {lane} = 1; {lane} < {n}; {lane}++) {{")
-            self.out(inner + "    ", f"{acc}[0] += {acc}[{lane}];")
-            self.out(inner + "  ", "}")
-            self.out(inner + "  ", f"{self.printer.load(target, self.names)} += {acc}[0];")
-        self.out(inner, "}")
+        self.updates_after_loop(node, iters, inner, [
+            (target, [f"for (int64_t {lane} = 1; {lane} < {n}; {lane}++) {{",
+                      f"  {acc}[0] += {acc}[{lane}];",
+                      "}",
+                      f"{self.printer.load(target, self.names)} += {acc}[0];"])
+            for target, acc in sums.items()])
         self.out(indent, "}")
         return True
 
