@@ -136,7 +136,8 @@ class Kernel:
             if build.chunked_extents:
                 function.run_unfused_when_unbalanced(
                     build.chunked_extents,
-                    lambda: self.compile(target, sanitize, deterministic, tile, fuse=False))
+                    lambda: self.compile(target, sanitize, deterministic, tile, fuse=False),
+                    build.large_sizes)
             self._compiled[options] = function
         return self._compiled[options]
 

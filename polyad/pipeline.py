@@ -107,7 +107,7 @@ class Artifact:
         sk = self.scheduled
         return Build(sk.kernel, self.source, self.signature, tuple(sk.requirements),
                      tuple(sk.model.params), sk.chunked_extents, self.options.deterministic,
-                     self.kernel.outputs_assigned_first())
+                     self.kernel.outputs_assigned_first(), sk.large_sizes)
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,10 @@ class Build:
     the source is a ``deterministic=True`` build's (compiled with every product rounded,
     ``runtime.toolchain.arithmetic_flags``); ``assigned_outputs``: the ``pa.Out`` arrays
     the kernel assigns entirely before reading them (``ir.Kernel.outputs_assigned_first``:
-    an omitted one needs no zeroing, ``runtime.output_pool``). Picklable: the
+    an omitted one needs no zeroing, ``runtime.output_pool``); ``large_sizes``: ``((size,
+    bound), ...)``, where the source runs loops separated per piece only at sizes at least
+    these (``schedule.build.large_sizes``; the loader runs the unfused build for a large
+    call below them, where fusion was the default's choice). Picklable: the
     pipeline cache stores it, so a new process loads a compiled kernel without running
     any stage.
     """
@@ -136,6 +139,7 @@ class Build:
     chunked_extents: tuple = ()
     deterministic: bool = False
     assigned_outputs: tuple = ()
+    large_sizes: tuple = ()
 
 
 def pipeline_key(ir_kernel: ir.Kernel, options: Options) -> str:

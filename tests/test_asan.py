@@ -226,8 +226,9 @@ GRADIENT_SCRIPT = textwrap.dedent(
             check(deconv_cost, ["x", "f"], dict(x=rng.standard_normal((m, n)),
                                                 f=rng.standard_normal(5),
                                                 y=rng.standard_normal((m, n))), dict(M=m, N=n))
-        # fused through row buffers (schedule.fusion): one chunk, and several with a remainder
-        for m, n in [(1, 1), (3, 4), (9, 11), (139, 6)]:
+        # fused through row buffers (schedule.fusion): one chunk, and several with a remainder;
+        # the version for small sizes (M < 10 or N < 6) and the one for large
+        for m, n in [(1, 1), (3, 4), (9, 11), (10, 5), (10, 6), (139, 6)]:
             check(deconv_cost, ["x", "f"], dict(x=rng.standard_normal((m, n)),
                                                 f=rng.standard_normal(5),
                                                 y=rng.standard_normal((m, n))), dict(M=m, N=n),

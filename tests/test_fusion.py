@@ -391,3 +391,50 @@ def test_a_piece_run_after_the_chunk_loop_keeps_the_chunks_buffers_shared():
             for _ in range(3):  # a wrong buffer holds whatever malloc returned
                 np.testing.assert_array_equal(pa.compile(scale_then_vertical, fuse=fuse)(x),
                                               want["y"])
+
+
+def test_a_fused_gradient_has_a_version_for_large_sizes_and_one_for_small():
+    """Loops separated per piece only where every size is at least its bound (M >= 10,
+    N >= 6 for the 5-tap deconvolution): separating them at every size printed a case
+    per small size (4467 lines of C, most of its compile time). Both versions against
+    the interpreter, on either side of each bound."""
+    g = pa.grad(deconv_cost, wrt=["x", "f"])
+    k = pa.compile(g, fuse=True)
+    assert ("loops separated per piece where M >= 10 and N >= 6; below, one loop per band"
+            in pa.explain(g, fuse=True))
+    assert "#define pa_small_sizes (!(M >= 10 && N >= 6))" in k.source
+    assert k.source.count("\n") < 2500
+    rng = np.random.default_rng(14)
+    for m, n in [(9, 6), (10, 5), (10, 6), (11, 7), (CHUNK_ROWS + 10, 6)]:
+        x, f, y = rng.standard_normal((m, n)), rng.standard_normal(5), rng.standard_normal((m, n))
+        dx, df = k(x, f, y)
+        _, want = interpret(g.ir, dict(x=x, f=f, y=y), dict(M=m, N=n))
+        np.testing.assert_allclose(dx, want["d_x"], rtol=1e-12, atol=1e-12, err_msg=f"{m}x{n}")
+        np.testing.assert_allclose(df, want["d_f"], rtol=1e-12, atol=1e-10, err_msg=f"{m}x{n}")
+
+
+def test_a_large_call_below_the_size_bounds_runs_the_unfused_schedule(monkeypatch):
+    """Below its size bounds (M >= 10 and N >= 6) the fused deconvolution gradient runs
+    its loops with the pieces as conditions inside: a call of 2^20 points or more there
+    runs the unfused schedule, whose loops are separated at every size; at the bounds, or
+    with ``fuse=True``, the fused one runs. One thread, so the chunks never decide."""
+    g = pa.grad(deconv_cost, wrt=["x", "f"])
+    unfused = pa.compile(g, fuse=False)
+    calls = []
+    c_function = unfused._fn
+    monkeypatch.setattr(unfused, "_fn", lambda *a: calls.append(1) or c_function(*a))
+    rng = np.random.default_rng(16)
+    points = 1 << 20
+    cases = [(9, points // 9 + 1, True), (points // 5 + 1, 5, True),
+             (10, points // 10 + 1, False), (points // 6 + 1, 6, False), (9, 6, False)]
+    assert "or whose sizes miss M >= 10 and N >= 6, runs the unfused schedule" in pa.explain(g)
+    for m, n, runs_unfused in cases:
+        x, f, y = rng.standard_normal((m, n)), rng.standard_normal(5), rng.standard_normal((m, n))
+        want_dx, want_df = _deconvolution_gradient_numpy(x, f, y)
+        for fuse in (None, True):
+            calls.clear()
+            with pa.num_threads(1):
+                dx, df = pa.compile(g, fuse=fuse)(x, f, y)
+            assert len(calls) == (runs_unfused and fuse is None), (m, n, fuse)
+            np.testing.assert_allclose(dx, want_dx, rtol=1e-12, atol=1e-11)
+            np.testing.assert_allclose(df, want_df, rtol=1e-10)

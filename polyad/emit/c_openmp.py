@@ -28,6 +28,7 @@ import islpy as isl
 
 from .. import ir
 from ..ir import Load
+from ..schedule.build import SMALL_SIZES
 from ..schedule.merge import MergedUpdate, merge_updates
 from ..schedule.nests import ast_children, user_nodes, user_statements
 from ..schedule.simplify import simplify_run
@@ -153,6 +154,7 @@ class _Emitter:
         # several (C only: the CUDA emitter makes kernels of them)
         self.outline = outline and _outer_loop_count(self.sk.ast) >= 2
         self.units: list[list[str]] = []
+        self.small_version = False  # printing the AST's version for small sizes
 
     # ---- statements ------------------------------------------------------
     def substituted(self, st: ir.Statement, args: list) -> ir.Statement:
@@ -240,12 +242,19 @@ class _Emitter:
                 self.for_loop(node, indent, iters, atomic)
         elif t == isl.ast_node_type.if_:
             start = len(self.lines)
-            self.out(indent, f"if ({self.ast_c(node.if_get_cond(), iters)}) {{")
+            cond = self.ast_c(node.if_get_cond(), iters)
+            self.out(indent, f"if ({cond}) {{")
+            small = self.small_version
+            # (ISL tells the versions of build._size_versions apart by SMALL_SIZES alone)
+            self.small_version = small or f"({SMALL_SIZES} == 1)" in cond
             self.walk(node.if_get_then_node(), indent + "  ", iters, atomic, team)
+            self.small_version = small
             then_end = len(self.lines)
             if node.if_has_else_node():
                 self.out(indent, "} else {")
+                self.small_version = small or f"({SMALL_SIZES} == 0)" in cond
                 self.walk(node.if_get_else_node(), indent + "  ", iters, atomic, team)
+                self.small_version = small
                 if len(self.lines) == then_end + 1:  # nothing left in the else branch
                     del self.lines[then_end:]
             if len(self.lines) == start + 1:  # nothing left in the branches
@@ -291,7 +300,8 @@ class _Emitter:
                     written.add(st.target.name)
         # (the units' own names differ in their numbers)
         taken = set(self.names.values())
-        name = _fresh(f"{self.sig.name}_nest{len(self.units) + 1}", taken)
+        kind = "small_sizes_nest" if self.small_version else "nest"
+        name = _fresh(f"{self.sig.name}_{kind}{len(self.units) + 1}", taken)
         kept = [p for p in self.sig.params if p.kind != "result"]
         decls = [p.declaration(self.sig.restrict) for p in kept]
         args = [p.c_name for p in kept]
@@ -651,6 +661,12 @@ class _Emitter:
             helpers.append(AST_HELPERS)
         if helpers:
             head += helpers + [""]
+        if self.sk.large_sizes:
+            large = " && ".join(f"{self.names[size]} >= {bound}"
+                                for size, bound in self.sk.large_sizes)
+            head += ["/* 1 where a size is below its bound: the loops below run as one nest per "
+                     "band, for large sizes separated per piece (pa.explain) */",
+                     f"#define {SMALL_SIZES} (!({large}))", ""]
         units = [line for unit in self.units for line in unit + [""]]
         return "\n".join(head + funcs + units + [sig.declaration(), "{"] + self.lines
                          + ["}", ""])

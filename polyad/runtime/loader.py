@@ -265,6 +265,7 @@ class KernelFunction:
         # the maker of the unfused kernel function run where their chunks leave threads
         # idle (``run_unfused_when_unbalanced``); None: always this one.
         self._chunked = None
+        self._large_sizes: tuple = ()
         self._make_unfused = None
         self._unfused = None
         self.__name__ = kernel.name
@@ -293,24 +294,30 @@ class KernelFunction:
         return _ParamSpec(p, _INT, None, 0, False, None, int(info.min), int(info.max),
                           self._slot.get(p.name, -1))
 
-    def run_unfused_when_unbalanced(self, extents, unfused: Callable[[], "KernelFunction"]) \
-            -> None:
+    def run_unfused_when_unbalanced(self, extents, unfused: Callable[[], "KernelFunction"],
+                                    large_sizes: tuple = ()) -> None:
         """Run ``unfused()`` (made on first use; the same kernel compiled with
-        ``fuse=False``) for the calls where the chunks of the loops of ``extents`` (IR
-        expressions of the sizes: ``Build.chunked_extents``) would leave threads idle in a
-        large call, on the threads the call gets (``schedule.fusion.runs_unfused``)."""
+        ``fuse=False``) for the large calls where the chunks of the loops of ``extents``
+        (IR expressions of the sizes: ``Build.chunked_extents``) would leave threads idle
+        on the threads the call gets, or where a size is below its bound in
+        ``large_sizes`` (``Build.large_sizes``) (``schedule.fusion.runs_unfused``)."""
         fns = tuple(_compile_extent(e, self._slot) for e in extents)
         if fns and None not in fns:
             self._chunked = fns
+            self._large_sizes = tuple((self._slot[size], bound) for size, bound in large_sizes
+                                      if size in self._slot)
             self._make_unfused = unfused
 
     def _unbalanced(self, v: list) -> Optional["KernelFunction"]:
         """The unfused kernel function where the sizes ``v`` leave threads idle in a large
-        call (``schedule.fusion.runs_unfused``), else None."""
+        call, or are below the bounds of the separated loops (``schedule.fusion.runs_unfused``),
+        else None."""
         points = 1
         for size in v[:self._nsizes]:
             points *= size
-        if not runs_unfused([fn(v) for fn in self._chunked], points, threads.call_threads()):
+        small = any(v[slot] < bound for slot, bound in self._large_sizes)
+        if not runs_unfused([fn(v) for fn in self._chunked], points, threads.call_threads(),
+                            small):
             return None
         if self._unfused is None:
             self._unfused = self._make_unfused()

@@ -32,7 +32,7 @@ from .loop_order import (add_decisions, expand_reduction_rows, interchange_for_r
                          jam_small_loops,
                          unit_stride_innermost)
 from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, dependences,
-                    maps_of, operation_quota, split_boundary_pieces, text_within_seconds)
+                    isl_name, maps_of, operation_quota, split_boundary_pieces, text_within_seconds)
 
 _REDUCTION_OPS = {"+=": "+", "-=": "+", "*=": "*"}
 
@@ -98,13 +98,16 @@ class LoopFacts:
 class ScheduleCandidate:
     """One schedule of a (piece-split) kernel with its AST and the facts of every loop.
 
-    ``loops``: AST annotation name (``loop_key``) -> LoopFacts.
+    ``loops``: AST annotation name (``loop_key``) -> LoopFacts. ``large_sizes``:
+    ``((size, bound), ...)`` where the AST has two versions (``_size_versions``): loops
+    separated per piece where every size is at least its bound, else one loop per band.
     """
 
     kernel: ir.Kernel
     schedule: isl.Schedule
     ast: isl.AstNode
     loops: dict
+    large_sizes: tuple = ()
 
 
 @dataclass
@@ -128,6 +131,8 @@ class ScheduledKernel:
     # The extents of the loops fused chains run in chunks, when fusing was the default's
     # choice (fuse=None): a call whose chunks leave threads idle runs the unfused schedule.
     chunked_extents: tuple = ()
+    # ((size, bound), ...): the AST's versions for large and small sizes (ScheduleCandidate)
+    large_sizes: tuple = ()
 
     def statement(self, name: str) -> ir.Statement:
         return self._by_name[name]
@@ -461,10 +466,12 @@ def schedule_kernel(kernel: ir.Kernel,
         extents = chunked_extents(scheduled.kernel)
         if extents:
             loops = " and of ".join(ir.expr_str(e) for e in extents)
+            small = " and ".join(f"{size} >= {bound}" for size, bound in scheduled.large_sizes)
             when = (f"at run time, a call of 2^{UNFUSED_FROM_POINTS.bit_length() - 1} points "
                     f"or more whose chunks of {CHUNK_ROWS} rows of {loops} would keep a "
-                    f"thread busy for less than {BALANCED:.0%} of the busiest one's time runs "
-                    f"the unfused schedule (fuse=False), compiled on first use")
+                    f"thread busy for less than {BALANCED:.0%} of the busiest one's time"
+                    + (f", or whose sizes miss {small}," if small else "")
+                    + " runs the unfused schedule (fuse=False), compiled on first use")
             return dataclasses.replace(scheduled, chunked_extents=extents,
                                        schedule_decisions=scheduled.schedule_decisions + (when,))
     return scheduled
@@ -617,11 +624,17 @@ def _schedule_kernel(kernel: ir.Kernel,
                 decisions.append("not tiled: the tiled schedule is less parallel")
         else:
             decisions += tiling
+    if chosen.large_sizes:
+        decisions.append(
+            "loops separated per piece where " + " and ".join(
+                f"{size} >= {bound}" for size, bound in chosen.large_sizes)
+            + "; below, one loop per band with the pieces as conditions inside "
+              "(fewer lines of C, for a few elements)")
     return ScheduledKernel(split, model, deps, chosen.schedule, chosen.ast, chosen.loops,
                            requirements, gather_decisions, origin, dead, expansions, fused,
                            tuple(_in_place_decisions(in_place) + copies + splits + first_updates
                                  + fusions + index_splits + decisions),
-                           loop_orders)
+                           loop_orders, large_sizes=chosen.large_sizes)
 
 
 def _in_place_decisions(names: tuple) -> list:
@@ -737,15 +750,22 @@ def _candidate(schedule: isl.Schedule, kernel: ir.Kernel, model: PolyModel,
     order as a tree, groups of statements as single statements).
     """
     analysis = _LoopAnalysis(kernel, model, deps)
-    build = isl.AstBuild.from_context(model.context)
+    # fused nests only: elsewhere the cases of small sizes are few (the conv layer's
+    # gradient: 664 lines, 514 for large sizes) and a second version costs more than it saves
+    bounds = large_sizes(model) if separate and chunk_loop_vars(kernel) else ()
+    context = model.context
+    if bounds:
+        context = context.intersect(isl.Set.read_from_str(
+            model.ctx, f"[{SMALL_SIZES}] -> {{ : 0 <= {SMALL_SIZES} <= 1 }}"))
+    build = isl.AstBuild.from_context(context)
     build, handle = build.set_after_each_for(analysis)
     ast_schedule = ast_schedule or schedule
-    ast = build.node_from_schedule(_separate_loops(ast_schedule, model) if separate
+    ast = build.node_from_schedule(_size_versions(ast_schedule, model, bounds) if separate
                                    else _atomic_loops(ast_schedule))
     del handle
     if analysis.error is not None:
         raise analysis.error
-    return ScheduleCandidate(kernel, schedule, ast, analysis.loops)
+    return ScheduleCandidate(kernel, schedule, ast, analysis.loops, bounds)
 
 
 def guarded_pieces(scheduled: ScheduledKernel) -> ScheduledKernel:
@@ -759,7 +779,7 @@ def guarded_pieces(scheduled: ScheduledKernel) -> ScheduledKernel:
     """
     cand = _candidate(scheduled.schedule, scheduled.kernel, scheduled.model, scheduled.deps,
                       separate=False)
-    return dataclasses.replace(scheduled, ast=cand.ast, loops=cand.loops)
+    return dataclasses.replace(scheduled, ast=cand.ast, loops=cand.loops, large_sizes=())
 
 
 def _atomic_loops(schedule: isl.Schedule) -> isl.Schedule:
@@ -772,6 +792,72 @@ def _atomic_loops(schedule: isl.Schedule) -> isl.Schedule:
         return node
 
     return schedule.map_schedule_node_bottom_up(visit)
+
+
+# The ISL parameter that tells the two versions of ``_size_versions`` apart: 1 where some
+# size is below its bound (``large_sizes``). The emitter defines it from the sizes.
+SMALL_SIZES = "pa_small_sizes"
+
+
+def _size_versions(schedule: isl.Schedule, model: PolyModel, bounds: tuple) -> isl.Schedule:
+    """``schedule`` with separate loops per piece (``_separate_loops``) where every size is
+    at least its bound in ``bounds`` (``large_sizes``), and one loop per band
+    (``_atomic_loops``) where ``SMALL_SIZES`` is 1.
+
+    Separating the pieces of the loops of a fused nest at every size ISL can tell apart
+    prints a case for each small size at which border pieces and a chunk's first and
+    last rows meet or vanish (``N == 1``, ``N == 2 && M >= 3``, ...): most of a fused
+    gradient's C (the deconvolution's: 4467 lines, 1561 for large sizes) and of its C
+    compiler's time. The versions run the same statement instances in the same order.
+    The small one is told apart by a parameter of its own, not by its sizes: ISL builds
+    the AST of a domain whose sizes are a union of cases (``M < 10 or N < 6``) several
+    times slower."""
+    separated = _separate_loops(schedule, model)
+    if not bounds:
+        return separated
+    domain = schedule.get_domain()
+    large = " and ".join(f"{isl_name(size)} >= {bound}" for size, bound in bounds)
+    params = ", ".join([SMALL_SIZES] + [isl_name(size) for size, _ in bounds])
+    big = isl.Set.read_from_str(model.ctx, f"[{params}] -> {{ : {SMALL_SIZES} = 0 and {large} }}")
+    small = isl.Set.read_from_str(model.ctx, f"[{SMALL_SIZES}] -> {{ : {SMALL_SIZES} = 1 }}")
+    return separated.intersect_domain(domain.intersect_params(big)).sequence(
+        _atomic_loops(schedule).intersect_domain(domain.intersect_params(small)))
+
+
+def large_sizes(model: PolyModel) -> tuple:
+    """``((size, bound), ...)``: the sizes above which the pieces of ``model``'s statements
+    keep one shape (none when every size is one already).
+
+    A size's bound is 2 * reach + 2, where ``reach`` is the largest offset from it in
+    the statements' domain constraints (``n <= N - 3``: 2 past the last index, ``N - 1``;
+    ``m >= M - 4``: 4), so that the pieces at its two ends are apart with an interior
+    between them; and past any size a piece needs (``N >= 4``). Constraints relating a
+    loop to a chunk of its rows (``fusion``: ``64 * m_chunk <= m``) bound no piece's
+    shape."""
+    bound: dict[int, int] = {}
+    n_params = model.context.dim(isl.dim_type.param)
+    for st in model.kernel.statements:
+        for bset in model.domain(st).get_basic_sets():
+            n_set = bset.dim(isl.dim_type.set)
+            for c in bset.get_constraints():
+                loops = [abs(c.get_coefficient_val(isl.dim_type.set, d).to_python())
+                         for d in range(n_set)]
+                if any(a > 1 for a in loops):
+                    continue
+                constant = c.get_constant_val().to_python()
+                for i in range(n_params):
+                    a = c.get_coefficient_val(isl.dim_type.param, i).to_python()
+                    if a == 0:
+                        continue
+                    if not any(loops):  # a * p + constant >= 0: the piece needs p >= this
+                        need = -(constant // a) + 1 if a > 0 else 0
+                    else:  # v <= p + constant (p - 1: no offset), or v >= p - constant
+                        reach = abs(constant + 1) if a > 0 else abs(constant)
+                        need = 2 * (reach // abs(a)) + 2 if reach else 0
+                    if need > 1:
+                        bound[i] = max(bound.get(i, 0), need)
+    names = list(model.kernel.sizes) + list(model.kernel.int_params)
+    return tuple((names[i], bound[i]) for i in sorted(bound))
 
 
 def _separate_loops(schedule: isl.Schedule, model: PolyModel) -> isl.Schedule:

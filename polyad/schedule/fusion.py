@@ -101,12 +101,14 @@ def _chunked_extent(chunk_loop: Loop) -> ir.Expr:
     return chunk_loop.hi.a.a
 
 
-def runs_unfused(extents: list, points: int, threads: int) -> bool:
+def runs_unfused(extents: list, points: int, threads: int, small: bool = False) -> bool:
     """Should a call of ``points`` points (the product of its sizes) on ``threads``
     threads, whose chunked loops have ``extents`` rows, run the unfused schedule: at
-    least ``UNFUSED_FROM_POINTS`` points and some loop's chunks unbalanced?"""
-    return points >= UNFUSED_FROM_POINTS and not all(chunks_balanced(e, threads)
-                                                     for e in extents)
+    least ``UNFUSED_FROM_POINTS`` points, and some loop's chunks unbalanced or ``small``
+    (a size below its bound of the fused code's separated loops, where that code runs
+    its loops with the pieces as conditions inside: ``schedule.build.large_sizes``)?"""
+    return points >= UNFUSED_FROM_POINTS and (
+        small or not all(chunks_balanced(e, threads) for e in extents))
 
 
 def chunks_balanced(extent: int, threads: int) -> bool:
