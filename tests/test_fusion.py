@@ -168,8 +168,8 @@ def test_buffers_of_planes_are_fused_by_default():
     text = pa.explain(g)
     assert "d_r_expanded kept as 3 rows per thread" in text
     assert ("at run time, a call of 2^20 points or more whose chunks of 64 rows of X would "
-            "keep a thread busy for less than 80% of the busiest one's time runs the "
-            "unfused schedule") in text
+            "keep a thread busy for less than 80% of the busiest one's time, or whose sizes "
+            "miss X >= 6 and Y >= 4 and Z >= 4, runs the unfused schedule") in text
     assert "d_r_expanded kept as 3 rows per thread" in pa.explain(g, fuse=True)
     assert "fused the nests" not in pa.explain(g, fuse=False)
     rng = np.random.default_rng(8)
