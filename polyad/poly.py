@@ -913,7 +913,7 @@ def dependences(model: PolyModel, variables: Optional[set] = None,
         if var in memory_based_temps:
             reads_, _, writes = accesses
             var_deps = (_memory_based_pairs(writes, reads_, var_tree),
-                        _memory_based_output(writes, var_tree),
+                        _memory_based_pairs(writes, writes, var_tree),
                         _memory_based_pairs(reads_, writes, var_tree))
         else:
             *var_deps, inexact = _variable_dependences(*accesses, var_tree, var in flow_only)
@@ -992,20 +992,15 @@ def accumulator_arrays(kernel: ir.Kernel) -> frozenset:
     return frozenset(out)
 
 
-def _memory_based_output(writes: isl.UnionMap, tree: isl.Schedule) -> isl.UnionMap:
-    """``{ earlier write -> later write of the same element }`` under the schedule ``tree``:
-    ``compute_flow`` with may-sources only kills nothing."""
-    tree = tree.intersect_domain(writes.domain())
-    ai = isl.UnionAccessInfo.from_sink(writes).set_may_source(writes).set_schedule(tree)
-    return ai.compute_flow().get_may_dependence().coalesce()
-
-
 def _memory_based_pairs(sources: isl.UnionMap, sinks: isl.UnionMap,
                         tree: isl.Schedule) -> isl.UnionMap:
-    """``{ source access -> later sink access of the same element }`` under ``tree``."""
-    tree = tree.intersect_domain(sources.domain().union(sinks.domain()))
-    ai = isl.UnionAccessInfo.from_sink(sinks).set_may_source(sources).set_schedule(tree)
-    return ai.compute_flow().get_may_dependence().coalesce()
+    """``{ source access -> later sink access of the same element }`` under ``tree``: the
+    pairs of instances accessing one element, ordered by the tree's schedule map.
+    (``compute_flow`` with may-sources only gives the same relation at up to 7x the time:
+    the deconvolution gradient's rolling row buffers, indexed modulo their height, took
+    2.1 s there and 0.9 s here.)"""
+    sched = tree.get_map().intersect_domain(sources.domain().union(sinks.domain()))
+    return _ordered_pairs(sources, sinks, sched)
 
 
 def _one_relation_per_statement(umap: isl.UnionMap) -> bool:
