@@ -206,6 +206,22 @@ GRADIENT_SCRIPT = textwrap.dedent(
         return C
 
 
+    P, = pa.sizes("P")
+
+
+    @pa.kernel
+    def stencil3d_cost(x: pa.f64[P, M, N].clamped, y: pa.f64[P, M, N]) -> pa.f64:
+        C = 0.0
+        for p in range(P):
+            for m in range(M):
+                for n in range(N):
+                    r = (6.0 * x[p, m, n] - x[p - 1, m, n] - x[p + 1, m, n]
+                         - x[p, m - 1, n] - x[p, m + 1, n]
+                         - x[p, m, n - 1] - x[p, m, n + 1]) - y[p, m, n]
+                    C += r * r
+        return C
+
+
     def check(kernel, wrt, args, sizes, fuse=False):
         grad = pa.grad(kernel, wrt=wrt)
         got = pa.compile(grad, sanitize="address", fuse=fuse)(*[a.copy() if isinstance(a, np.ndarray)
@@ -247,6 +263,12 @@ GRADIENT_SCRIPT = textwrap.dedent(
                                          w=rng.standard_normal((co, ci, 3, 3)),
                                          y=rng.standard_normal((b, co, h, w))),
                   dict(B=b, CI=ci, CO=co, H=h, W=w))
+        # the 3-D stencil's gradient, fused through plane buffers: its version for small
+        # sizes (P < 6, M < 4 or N < 4) and the one for large, on either side of each bound
+        for p, m, n in [(1, 1, 1), (5, 4, 4), (6, 3, 5), (6, 4, 3), (6, 4, 4), (70, 5, 6)]:
+            check(stencil3d_cost, ["x"], dict(x=rng.standard_normal((p, m, n)),
+                                              y=rng.standard_normal((p, m, n))),
+                  dict(P=p, M=m, N=n), fuse=True)
         print("ASAN-SCRIPT-OK")
 
 
