@@ -82,6 +82,14 @@ BALANCED = 0.8
 # fused call takes well under a millisecond, an idle thread costs less than that
 # compilation would in thousands of calls.
 UNFUSED_FROM_POINTS = 1 << 20
+# The rows of a buffer of rows sit this many bytes more than a row apart. Where a row
+# is a multiple of 4 KiB (N = 512 doubles, 1024 floats, ...), the rows that one step
+# reads and writes (5 of t and 5 of d_r in the deconvolution gradient) fall into the
+# same L1 sets and alias the loads on the stores: padded, the deconvolution gradient
+# ran in 5.66 instead of 6.71 ms at 2048^2 f64, 22.9 instead of 25.9 at 4096^2, its
+# forward in 2.69 instead of 3.15 ms at 2048^2. (Buffers of planes are not padded: the
+# 3-D stencil's gradient ran no faster with its rows padded.)
+ROW_PAD_BYTES = 128
 
 
 def chunk_loop_vars(kernel: ir.Kernel) -> set:
@@ -529,11 +537,15 @@ def _rewrite(kernel: ir.Kernel, chain: list, temps: list, shift: list, back: lis
     new_temps = []
     for t in kernel.temps:
         if t.name in rows_name:
-            shape = (_i(heights[t.name]),) + t.type.shape[1:]
+            shape, padded = (_i(heights[t.name]),) + t.type.shape[1:], ""
+            dtype = t.type.dtype
+            if heights[t.name] > 1 and len(shape) == 2 and not dtype.packed:
+                pad = ROW_PAD_BYTES // dtype.np.itemsize
+                shape, padded = (shape[0], _add(shape[1], _i(pad))), f", {pad} elements of padding"
             new_temps.append(ir.Temp(
                 rows_name[t.name], dataclasses.replace(t.type, shape=shape), zero=False,
-                role="rows", holds=f"rows of {t.name} (row r in slot r mod {heights[t.name]}), "
-                                   f"one buffer per chunk of {CHUNK_ROWS} rows of {m}",
+                role="rows", holds=f"rows of {t.name} (row r in slot r mod {heights[t.name]}"
+                                   f"{padded}), one buffer per chunk of {CHUNK_ROWS} rows of {m}",
                 chunk=chunk))
         else:
             new_temps.append(t)
