@@ -440,3 +440,29 @@ def test_a_large_call_below_the_size_bounds_runs_the_unfused_schedule(monkeypatc
             assert len(calls) == (runs_unfused and fuse is None), (m, n, fuse)
             np.testing.assert_allclose(dx, want_dx, rtol=1e-12, atol=1e-11)
             np.testing.assert_allclose(df, want_df, rtol=1e-10)
+
+
+@pytest.mark.parametrize("dtype, pad", [("f64", 16), ("f32", 32)])
+def test_rows_of_a_row_buffer_are_padded_past_a_row(dtype, pad):
+    """The slots of a buffer of rows sit 128 bytes more than a row apart (N + 16 doubles,
+    N + 32 floats): at N = 4096 floats the rows of one step fell 16 KiB apart into the
+    same L1 sets. Buffers of one row and of planes keep their shape. Against the
+    interpreter at a power-of-two width."""
+    g = pa.grad(deconvolution(dtype), wrt=["x", "f"])
+    temps = {t.name: t for t in compile_kernel(g.ir, Options()).scheduled.kernel.temps}
+    for name in ("t_rows", "d_r_expanded_rows"):
+        assert pa.ir.expr_str(temps[name].type.shape[1]) == f"N + {pad}"
+    assert pa.ir.expr_str(temps["d_t_rows"].type.shape[1]) == "N"
+    planes = compile_kernel(pa.grad(stencil7, wrt="x").ir, Options()).scheduled.kernel.temps
+    assert [pa.ir.expr_str(e) for t in planes if t.role == "rows" for e in t.type.shape[1:]] \
+        == ["Y", "Z"]
+    rng = np.random.default_rng(17)
+    m, n = CHUNK_ROWS + 5, 256
+    t = np.float64 if dtype == "f64" else np.float32
+    x, f, y = (rng.standard_normal((m, n)).astype(t), rng.standard_normal(5).astype(t),
+               rng.standard_normal((m, n)).astype(t))
+    dx, df = pa.compile(g, fuse=True)(x, f, y)
+    _, want = interpret(g.ir, dict(x=x, f=f, y=y), dict(M=m, N=n))
+    tol = 1e-12 if dtype == "f64" else 1e-4
+    np.testing.assert_allclose(dx, want["d_x"], rtol=tol, atol=tol)
+    np.testing.assert_allclose(df, want["d_f"], rtol=tol, atol=tol * 100)
