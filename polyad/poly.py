@@ -51,7 +51,11 @@ _ISL_WORDS = {"and", "or", "not", "mod", "floor", "ceil", "min", "max", "exists"
 
 
 def isl_name(name: str) -> str:
-    return name + "_" if name in _ISL_WORDS else name
+    """``name`` as an ISL identifier: ISL's keywords and polyad's own prefix ``pa_`` (its
+    parameters, ``schedule.build.SMALL_SIZES``, and the C helpers the AST's names print
+    beside) take a trailing underscore, the same rule as ``emit.cexpr.cname``, so that a
+    size prints in the AST's C as in the signature."""
+    return name + "_" if name in _ISL_WORDS or name.startswith("pa_") else name
 
 
 def affine_text(e: Expr) -> str:

@@ -466,3 +466,33 @@ def test_rows_of_a_row_buffer_are_padded_past_a_row(dtype, pad):
     tol = 1e-12 if dtype == "f64" else 1e-4
     np.testing.assert_allclose(dx, want["d_x"], rtol=tol, atol=tol)
     np.testing.assert_allclose(df, want["d_f"], rtol=tol, atol=tol * 100)
+
+
+PA_M, = pa.sizes("pa_small_sizes")
+
+
+@pa.kernel
+def named_like_polyad(x: pa.f64[PA_M, N].clamped, y: pa.Out(pa.f64[PA_M, N])):
+    t = pa.empty(pa.f64[PA_M, N].clamped)
+    for m in range(PA_M):
+        for n in range(N):
+            t[m, n] = 2.0 * x[m, n] + 1.0
+    for m in range(PA_M):
+        for n in range(N):
+            y[m, n] = t[m + 1, n] - t[m, n]
+
+
+def test_a_size_named_like_polyads_own_parameter_keeps_its_own():
+    """A size whose name starts with ``pa_`` (here the very name of the parameter that
+    tells the size versions apart) gets a trailing underscore in ISL as in C: it printed
+    as itself in the AST's C while the signature named it ``pa_small_sizes_`` (a C
+    compiler error), and would have been the versions' parameter. Against numpy, on
+    either side of the bound."""
+    k = pa.compile(named_like_polyad, fuse=True)
+    assert "#define pa_small_sizes (!(pa_small_sizes_ >= " in k.source
+    rng = np.random.default_rng(18)
+    for m, n in [(1, 1), (3, 2), (CHUNK_ROWS + 3, 5)]:
+        x = rng.standard_normal((m, n))
+        t = 2.0 * x + 1.0
+        want = t[np.minimum(np.arange(m) + 1, m - 1)] - t
+        np.testing.assert_allclose(k(x), want, rtol=1e-15, atol=1e-15)
