@@ -1289,6 +1289,43 @@ def _basic_sets(s: isl.Set) -> list:
     return out
 
 
+def large_sizes(model: PolyModel) -> tuple:
+    """``((size, bound), ...)``: the sizes above which the pieces of ``model``'s statements
+    keep one shape (none when every size is one already); ``schedule.build._size_versions``
+    separates loops per piece only there.
+
+    A size's bound is 2 * reach + 2, where ``reach`` is the largest offset from it in
+    the statements' domain constraints (``n <= N - 3``: 2 past the last index, ``N - 1``;
+    ``m >= M - 4``: 4), so that the pieces at its two ends are apart with an interior
+    between them; and past any size a piece needs (``N >= 4``). Constraints relating a
+    loop to a chunk of its rows (``fusion``: ``64 * m_chunk <= m``) bound no piece's
+    shape."""
+    bound: dict[int, int] = {}
+    n_params = model.context.dim(isl.dim_type.param)
+    for st in model.kernel.statements:
+        for bset in model.domain(st).get_basic_sets():
+            n_set = bset.dim(isl.dim_type.set)
+            for c in bset.get_constraints():
+                loops = [abs(c.get_coefficient_val(isl.dim_type.set, d).to_python())
+                         for d in range(n_set)]
+                if any(a > 1 for a in loops):
+                    continue
+                constant = c.get_constant_val().to_python()
+                for i in range(n_params):
+                    a = c.get_coefficient_val(isl.dim_type.param, i).to_python()
+                    if a == 0:
+                        continue
+                    if not any(loops):  # a * p + constant >= 0: the piece needs p >= this
+                        need = -(constant // a) + 1 if a > 0 else 0
+                    else:  # v <= p + constant (p - 1: no offset), or v >= p - constant
+                        reach = abs(constant + 1) if a > 0 else abs(constant)
+                        need = 2 * (reach // abs(a)) + 2 if reach else 0
+                    if need > 1:
+                        bound[i] = max(bound.get(i, 0), need)
+    names = list(model.kernel.sizes) + list(model.kernel.int_params)
+    return tuple((names[i], bound[i]) for i in sorted(bound))
+
+
 def few_values(dom: isl.Set, k: int, limit: int) -> Optional[tuple[isl.Aff, int, int]]:
     """(an end value of dimension ``k`` of ``dom`` as an ``isl.Aff`` of the sizes, +1 if it
     is the lowest, -1 if the highest, how many values) where that dimension takes 2 to

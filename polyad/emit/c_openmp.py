@@ -154,7 +154,6 @@ class _Emitter:
         # several (C only: the CUDA emitter makes kernels of them)
         self.outline = outline and _outer_loop_count(self.sk.ast) >= 2
         self.units: list[list[str]] = []
-        self.small_version = False  # printing the AST's version for small sizes
 
     # ---- statements ------------------------------------------------------
     def substituted(self, st: ir.Statement, args: list) -> ir.Statement:
@@ -242,19 +241,12 @@ class _Emitter:
                 self.for_loop(node, indent, iters, atomic)
         elif t == isl.ast_node_type.if_:
             start = len(self.lines)
-            cond = self.ast_c(node.if_get_cond(), iters)
-            self.out(indent, f"if ({cond}) {{")
-            small = self.small_version
-            # (ISL tells the versions of build._size_versions apart by SMALL_SIZES alone)
-            self.small_version = small or f"({SMALL_SIZES} == 1)" in cond
+            self.out(indent, f"if ({self.ast_c(node.if_get_cond(), iters)}) {{")
             self.walk(node.if_get_then_node(), indent + "  ", iters, atomic, team)
-            self.small_version = small
             then_end = len(self.lines)
             if node.if_has_else_node():
                 self.out(indent, "} else {")
-                self.small_version = small or f"({SMALL_SIZES} == 0)" in cond
                 self.walk(node.if_get_else_node(), indent + "  ", iters, atomic, team)
-                self.small_version = small
                 if len(self.lines) == then_end + 1:  # nothing left in the else branch
                     del self.lines[then_end:]
             if len(self.lines) == start + 1:  # nothing left in the branches
@@ -300,7 +292,7 @@ class _Emitter:
                     written.add(st.target.name)
         # (the units' own names differ in their numbers)
         taken = set(self.names.values())
-        kind = "small_sizes_nest" if self.small_version else "nest"
+        kind = "small_sizes_nest" if self.plan.loop(node).facts.small_sizes else "nest"
         name = _fresh(f"{self.sig.name}_{kind}{len(self.units) + 1}", taken)
         kept = [p for p in self.sig.params if p.kind != "result"]
         decls = [p.declaration(self.sig.restrict) for p in kept]

@@ -32,7 +32,8 @@ from .loop_order import (add_decisions, expand_reduction_rows, interchange_for_r
                          jam_small_loops,
                          unit_stride_innermost)
 from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, dependences,
-                    isl_name, maps_of, operation_quota, split_boundary_pieces, text_within_seconds)
+                    isl_name, large_sizes, maps_of, operation_quota, split_boundary_pieces,
+                    text_within_seconds)
 
 _REDUCTION_OPS = {"+=": "+", "-=": "+", "*=": "*"}
 
@@ -73,6 +74,8 @@ class LoopFacts:
     ISL cannot express it). It is computed for innermost loops only, the ones a
     target plan asks about (is one loop's work per barrier worth threads): on the
     wavefront loops of time-skewed tiles ISL's parametric max and min take minutes.
+    ``small_sizes``: the loop belongs to the AST's version for small sizes
+    (``_size_versions``), which runs only where ``SMALL_SIZES`` is 1.
     """
 
     key: str
@@ -87,6 +90,7 @@ class LoopFacts:
     row_buffers: tuple = ()
     trip_count_bound: Optional[int] = None
     extent: Optional[isl.AstExpr] = None
+    small_sizes: bool = False
 
     @property
     def scatter_statements(self) -> frozenset:
@@ -183,8 +187,10 @@ def _reduction_op(st: ir.Statement, var: str, reads_apart: bool = False) -> Opti
 class _LoopAnalysis:
     """The dependence test run on every loop ISL generates (``after_each_for``)."""
 
-    def __init__(self, sk_kernel: ir.Kernel, model: PolyModel, deps: Dependences):
+    def __init__(self, sk_kernel: ir.Kernel, model: PolyModel, deps: Dependences,
+                 small_sizes: Optional[isl.Set] = None):
         self.kernel = sk_kernel
+        self.small_sizes = small_sizes  # the sizes of the version for small ones, if any
         self.model = model
         self.deps = deps
         self.by_name = {s.name: s for s in sk_kernel.statements}
@@ -393,7 +399,9 @@ class _LoopAnalysis:
             why_not_parallel="; ".join(reasons), row_buffers=row_buffers,
             trip_count_bound=self.trip_count_bound(sched, depth),
             extent=(None if nests.contains_for(node.for_get_body())
-                    else self.extent(sched, depth)))
+                    else self.extent(sched, depth)),
+            small_sizes=(self.small_sizes is not None
+                         and ldom.params().is_subset(self.small_sizes)))
         return node.set_annotation(isl.Id(key, context=self.model.ctx))
 
 
@@ -749,7 +757,6 @@ def _candidate(schedule: isl.Schedule, kernel: ir.Kernel, model: PolyModel,
     ``ast_schedule``: the same order as ``schedule``, to build the AST from (the program
     order as a tree, groups of statements as single statements).
     """
-    analysis = _LoopAnalysis(kernel, model, deps)
     # fused nests only: elsewhere the cases of small sizes are few (the conv layer's
     # gradient: 664 lines, 514 for large sizes) and a second version costs more than it saves
     bounds = large_sizes(model) if separate and chunk_loop_vars(kernel) else ()
@@ -757,6 +764,7 @@ def _candidate(schedule: isl.Schedule, kernel: ir.Kernel, model: PolyModel,
     if bounds:
         context = context.intersect(isl.Set.read_from_str(
             model.ctx, f"[{SMALL_SIZES}] -> {{ : 0 <= {SMALL_SIZES} <= 1 }}"))
+    analysis = _LoopAnalysis(kernel, model, deps, _small_sizes(model) if bounds else None)
     build = isl.AstBuild.from_context(context)
     build, handle = build.set_after_each_for(analysis)
     ast_schedule = ast_schedule or schedule
@@ -819,45 +827,13 @@ def _size_versions(schedule: isl.Schedule, model: PolyModel, bounds: tuple) -> i
     large = " and ".join(f"{isl_name(size)} >= {bound}" for size, bound in bounds)
     params = ", ".join([SMALL_SIZES] + [isl_name(size) for size, _ in bounds])
     big = isl.Set.read_from_str(model.ctx, f"[{params}] -> {{ : {SMALL_SIZES} = 0 and {large} }}")
-    small = isl.Set.read_from_str(model.ctx, f"[{SMALL_SIZES}] -> {{ : {SMALL_SIZES} = 1 }}")
     return separated.intersect_domain(domain.intersect_params(big)).sequence(
-        _atomic_loops(schedule).intersect_domain(domain.intersect_params(small)))
+        _atomic_loops(schedule).intersect_domain(domain.intersect_params(_small_sizes(model))))
 
 
-def large_sizes(model: PolyModel) -> tuple:
-    """``((size, bound), ...)``: the sizes above which the pieces of ``model``'s statements
-    keep one shape (none when every size is one already).
-
-    A size's bound is 2 * reach + 2, where ``reach`` is the largest offset from it in
-    the statements' domain constraints (``n <= N - 3``: 2 past the last index, ``N - 1``;
-    ``m >= M - 4``: 4), so that the pieces at its two ends are apart with an interior
-    between them; and past any size a piece needs (``N >= 4``). Constraints relating a
-    loop to a chunk of its rows (``fusion``: ``64 * m_chunk <= m``) bound no piece's
-    shape."""
-    bound: dict[int, int] = {}
-    n_params = model.context.dim(isl.dim_type.param)
-    for st in model.kernel.statements:
-        for bset in model.domain(st).get_basic_sets():
-            n_set = bset.dim(isl.dim_type.set)
-            for c in bset.get_constraints():
-                loops = [abs(c.get_coefficient_val(isl.dim_type.set, d).to_python())
-                         for d in range(n_set)]
-                if any(a > 1 for a in loops):
-                    continue
-                constant = c.get_constant_val().to_python()
-                for i in range(n_params):
-                    a = c.get_coefficient_val(isl.dim_type.param, i).to_python()
-                    if a == 0:
-                        continue
-                    if not any(loops):  # a * p + constant >= 0: the piece needs p >= this
-                        need = -(constant // a) + 1 if a > 0 else 0
-                    else:  # v <= p + constant (p - 1: no offset), or v >= p - constant
-                        reach = abs(constant + 1) if a > 0 else abs(constant)
-                        need = 2 * (reach // abs(a)) + 2 if reach else 0
-                    if need > 1:
-                        bound[i] = max(bound.get(i, 0), need)
-    names = list(model.kernel.sizes) + list(model.kernel.int_params)
-    return tuple((names[i], bound[i]) for i in sorted(bound))
+def _small_sizes(model: PolyModel) -> isl.Set:
+    """The parameters of ``_size_versions``' version for small sizes."""
+    return isl.Set.read_from_str(model.ctx, f"[{SMALL_SIZES}] -> {{ : {SMALL_SIZES} = 1 }}")
 
 
 def _separate_loops(schedule: isl.Schedule, model: PolyModel) -> isl.Schedule:
