@@ -496,3 +496,28 @@ def test_a_size_named_like_polyads_own_parameter_keeps_its_own():
         t = 2.0 * x + 1.0
         want = t[np.minimum(np.arange(m) + 1, m - 1)] - t
         np.testing.assert_allclose(k(x), want, rtol=1e-15, atol=1e-15)
+
+
+def test_row_buffer_dependences_equal_isls_dataflow_analysis():
+    """The memory-based dependences of row buffers (``poly._memory_based_pairs``: the
+    pairs of accesses of one element, ordered by the schedule tree's map) are the
+    relations ISL's ``compute_flow`` gives with may-sources only, its independent answer
+    (slower: 2.1 against 0.9 s on the deconvolution gradient's), for each buffer of the
+    fused deconvolution gradient and each kind."""
+    import islpy as isl
+    from polyad.poly import _by_variable, _memory_based_pairs
+
+    sk = compile_kernel(pa.grad(deconv_cost, wrt=["x", "f"]).ir, Options(fuse=True)).scheduled
+    model = sk.model
+    reads, _, writes = model.accesses(None)
+    tree = model.schedule_tree()
+    r_by, w_by = _by_variable(reads), _by_variable(writes)
+    buffers = [t.name for t in sk.kernel.temps if t.per_thread]
+    assert sorted(buffers) == ["d_r_expanded_rows", "d_t_rows", "t_rows"]
+    for var in buffers:
+        for sources, sinks in [(w_by[var], r_by[var]), (w_by[var], w_by[var]),
+                               (r_by[var], w_by[var])]:
+            restricted = tree.intersect_domain(sources.domain().union(sinks.domain()))
+            flow = isl.UnionAccessInfo.from_sink(sinks).set_may_source(sources) \
+                .set_schedule(restricted).compute_flow().get_may_dependence()
+            assert _memory_based_pairs(sources, sinks, tree).is_equal(flow), var
