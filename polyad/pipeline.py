@@ -125,7 +125,7 @@ class Build:
     the kernel assigns entirely before reading them (``ir.Kernel.outputs_assigned_first``:
     an omitted one needs no zeroing, ``runtime.output_pool``); ``large_sizes``: ``((size,
     bound), ...)``, where the source runs loops separated per piece only at sizes at least
-    these (``schedule.build.large_sizes``; the loader runs the unfused build for a large
+    these (``poly.large_sizes``; the loader runs the unfused build for a large
     call below them, where fusion was the default's choice). Picklable: the
     pipeline cache stores it, so a new process loads a compiled kernel without running
     any stage.

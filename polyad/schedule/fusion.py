@@ -114,7 +114,7 @@ def runs_unfused(extents: list, points: int, threads: int, small: bool = False) 
     threads, whose chunked loops have ``extents`` rows, run the unfused schedule: at
     least ``UNFUSED_FROM_POINTS`` points, and some loop's chunks unbalanced or ``small``
     (a size below its bound of the fused code's separated loops, where that code runs
-    its loops with the pieces as conditions inside: ``schedule.build.large_sizes``)?"""
+    its loops with the pieces as conditions inside: ``poly.large_sizes``)?"""
     return points >= UNFUSED_FROM_POINTS and (
         small or not all(chunks_balanced(e, threads) for e in extents))
 
