@@ -456,7 +456,10 @@ class Split:
     scatter rewritten as a gather; ``jam``: the copy for one value of a small loop
     unrolled into the row loop it enclosed, ``schedule.loop_order``; ``first``: the
     instances of an update that reach their element first after its zeroing, written as
-    an assignment (index 0), and the rest (index 1), ``schedule.cleanup``)."""
+    an assignment (index 0), and the rest (index 1), ``schedule.cleanup``; ``block``: the
+    copy for value ``L + index`` of a loop ``L`` blocked into the row loop, or the values
+    left over after the whole blocks (index: the block's width),
+    ``schedule.loop_order.block_sums_in_registers``)."""
 
     parent: str
     kind: str

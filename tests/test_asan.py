@@ -250,9 +250,10 @@ GRADIENT_SCRIPT = textwrap.dedent(
                                                 y=rng.standard_normal((m, n))), dict(M=m, N=n),
                   fuse=True)
         # the taps of kw unrolled into the row loop, peeled at both ends (W = 2, 3: the
-        # peeled ends meet)
+        # peeled ends meet); the filter gradient's sums blocked by 2 output channels, the
+        # last block peeled where CO is odd (CO = 3, with whole blocks of lanes at W = 41)
         for b, ci, co, h, w in [(1, 1, 1, 1, 1), (1, 1, 2, 3, 2), (1, 2, 1, 2, 3),
-                                (1, 2, 3, 2, 5), (2, 2, 2, 4, 37)]:
+                                (1, 2, 3, 2, 5), (2, 2, 2, 4, 37), (1, 2, 3, 4, 41)]:
             check(conv_cost, ["w", "x"], dict(x=rng.standard_normal((b, ci, h, w)),
                                               w=rng.standard_normal((co, ci, 3, 3)),
                                               y=rng.standard_normal((b, co, h, w))),

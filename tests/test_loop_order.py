@@ -102,8 +102,13 @@ def test_conv_gradient_nests_get_the_pixel_row_innermost():
         assert ("loop kh unrolled into the loop v (3 copies, kh = 0, 1, 2"
                 in sk.loop_orders[st.owner])
         copies = [c for c in sk.kernel.statements if c.owner == st.owner]
-        assert len(copies) == 9 and all(c.origin[-1].kind == "jam" for c in copies)
-        assert sorted(c.origin[-1].index for c in copies) == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+        jams = [next(sp for sp in c.origin if sp.kind == "jam") for c in copies]
+        if st.target.array == "d_w":  # blocked by 2 output channels (block_sums_in_registers)
+            assert len(copies) == 18 and all(c.origin[-1].kind == "block" for c in copies)
+            assert sorted(c.origin[-1].index for c in copies) == [0] * 9 + [1] * 9
+            jams = jams[:9]
+        assert len(jams) == 9 and all(c.origin[-1].kind in ("jam", "block") for c in copies)
+        assert sorted(sp.index for sp in jams) == [0, 0, 0, 1, 1, 1, 2, 2, 2]
     # the nest that recomputes the forward sum keeps it per point along the row
     (rows,) = [why for why in sk.loop_orders.values() if why.startswith("scalar s kept")]
     assert "s_rows[v] (one row per thread)" in rows and "the loop v is innermost" in rows
@@ -112,23 +117,27 @@ def test_conv_gradient_nests_get_the_pixel_row_innermost():
     assert len({st.position[:2] for st in moved.values()}) == 2
     text = pa.explain(grad)
     assert "loop v moved innermost (unit stride in d_x[b, ci, h, v])" in text
-    assert "per-lane partial sums: 16 lanes" in text
+    assert "per-lane partial sums: 8 lanes" in text  # 18 sums: one vector each
 
 
-@pytest.mark.parametrize("kernel, lanes", [(conv_cost, 16), (conv_cost32, 32)])
+@pytest.mark.parametrize("kernel, lanes", [(conv_cost, 8), (conv_cost32, 16)])
 def test_filter_gradient_sums_along_the_row_in_lanes(kernel, lanes):
     grad = pa.grad(kernel, wrt=["w", "x"])
     p = plan(_scheduled(grad))
     lane_loops = [lp for lp in p.loops.values() if lp.lane_sums]
-    assert lane_loops and all(lp.lane_sums == lanes and lp.iterator == "v" and not lp.simd
-                              and not lp.privatized for lp in lane_loops)
+    # one vector of lanes per sum where a loop has 18 (the interior rows' taps of two
+    # output channels), two where it has at most 12 (a border row's: 6 taps)
+    assert lane_loops and all(lp.lane_sums in (lanes, 2 * lanes) and lp.iterator == "v"
+                              and not lp.simd and not lp.privatized for lp in lane_loops)
+    assert any(lp.lane_sums == lanes for lp in lane_loops)
     src = grad.source
     assert "reduction(+:d_w[0:CO * CI * 3 * 3])" in src  # the thread loop's private copies
     assert src.count("#pragma omp simd reduction(+:d_w") == 0  # not per row
     assert f"d_w_lanes[{lanes}] = {{0}};" in src
     assert "d_w_lanes[v_lane] += d_s_expanded[" in src
-    # the nine taps' sums share one lane loop (in the interior rows)
-    assert f"d_w_lanes9[{lanes}] = {{0}};" in src and "d_w_lanes10[" not in src
+    # the nine taps' sums of two output channels share one lane loop (in the interior
+    # rows), one vector of lanes each (18 sums)
+    assert f"d_w_lanes18[{lanes}] = {{0}};" in src and "d_w_lanes19[" not in src
     # d_x is a plain vector loop over the row, the nine taps in one update
     lines = src.splitlines()
     k = next(k for k, line in enumerate(lines)
@@ -538,3 +547,113 @@ def test_input_gradient_alone_gets_the_pixel_row_innermost(deterministic):
         _, want = interpret(grad.ir, dict(x=x.copy(), w=wt.copy(), y=y),
                             dict(B=b, CI=ci, CO=co, H=h, W=w))
         np.testing.assert_allclose(fn(x, wt, y), want["d_x"], rtol=1e-12, atol=1e-12)
+
+
+C, K = pa.sizes("C K")
+
+
+@pa.kernel
+def channel_filter_sums(x: pa.f64[B, C, N].zero, d: pa.f64[B, K, N],
+                        g: pa.Out(pa.f64[K, C, 3])):
+    # a filter gradient: 3 sums along n per (k, c), each reading x (shared by every k)
+    for b in range(B):
+        for k in range(K):
+            for c in range(C):
+                for n in range(N):
+                    g[k, c, 0] += d[b, k, n] * x[b, c, n - 1]
+                    g[k, c, 1] += d[b, k, n] * x[b, c, n]
+                    g[k, c, 2] += d[b, k, n] * x[b, c, n + 1]
+
+
+@pa.kernel
+def scaled_then_summed(x: pa.f64[B, C, N].zero, d: pa.f64[B, K, N],
+                       e: pa.Out(pa.f64[B, K, N]), g: pa.Out(pa.f64[K, C, 3])):
+    # the sums read the row of e that the same iteration of k writes
+    for b in range(B):
+        for k in range(K):
+            for n in range(N):
+                e[b, k, n] = 2.0 * d[b, k, n]
+            for c in range(C):
+                for n in range(N):
+                    g[k, c, 0] += e[b, k, n] * x[b, c, n - 1]
+                    g[k, c, 1] += e[b, k, n] * x[b, c, n]
+                    g[k, c, 2] += e[b, k, n] * x[b, c, n + 1]
+
+
+@pa.kernel
+def one_row_reused(x: pa.f64[B, C, N].zero, d: pa.f64[B, K, N],
+                   e: pa.Out(pa.f64[B, N]), g: pa.Out(pa.f64[K, C, 3])):
+    # every iteration of k overwrites the row of e that its sums read: the sums cannot
+    # leave k's body (they would all read the last k's row)
+    for b in range(B):
+        for k in range(K):
+            for n in range(N):
+                e[b, n] = 2.0 * d[b, k, n]
+            for c in range(C):
+                for n in range(N):
+                    g[k, c, 0] += e[b, n] * x[b, c, n - 1]
+                    g[k, c, 1] += e[b, n] * x[b, c, n]
+                    g[k, c, 2] += e[b, n] * x[b, c, n + 1]
+
+
+def _blocked_sums(sk):
+    return [st for st in sk.kernel.statements
+            if st.origin and st.origin[-1].kind == "block"]
+
+
+@pytest.mark.parametrize("kernel, moved", [(channel_filter_sums, False),
+                                           (scaled_then_summed, True),
+                                           (one_row_reused, None)])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_sums_along_a_row_are_blocked_over_the_loop_whose_copies_share_reads(
+        kernel, moved, deterministic):
+    """block_sums_in_registers: 3 sums per pass, blocked by 4 values of k (the reads of x
+    are shared, d's are not; blocking c would share only d). The sums leave k's body when
+    nothing they read is written by another iteration of it (moved), else stay unblocked
+    (None). Values against the interpreter at trip counts of k on either side of whole
+    blocks (the copies past K skipped), bit for bit in the deterministic build."""
+    sk = _scheduled(kernel, deterministic)
+    blocked = _blocked_sums(sk)
+    text = "; ".join(sk.loop_orders.values())
+    if moved is None:
+        assert not blocked and "blocked by" not in text
+    else:
+        assert len(blocked) == 12 and sorted(st.origin[-1].index for st in blocked) \
+            == [0] * 3 + [1] * 3 + [2] * 3 + [3] * 3
+        assert all(st.loops[1].var == "k" and st.loops[1].step == 4
+                   and st.loops[-1].var == "n" for st in blocked)
+        assert "loop k blocked by 4 into the loop n (4 values of k per pass over the row, " \
+               "each read of x[b, c, n - 1], x[b, c, n], x[b, c, n + 1] used 4 times" in text
+        assert ("sums moved out of the body of loop k into a loop of their own" in text) \
+            == moved
+    fn = pa.compile(kernel, deterministic=deterministic)
+    rng = np.random.default_rng(21)
+    for b, c, k, n in [(1, 1, 1, 1), (2, 2, 3, 5), (1, 3, 4, 17), (2, 1, 5, 40),
+                       (1, 2, 9, 33)]:
+        x = rng.standard_normal((b, c, n))
+        d = rng.standard_normal((b, k, n))
+        sizes = dict(B=b, C=c, K=k, N=n)
+        args = dict(x=x, d=d, g=np.zeros((k, c, 3)))
+        if kernel is not channel_filter_sums:
+            args["e"] = np.zeros((b, k, n) if kernel is scaled_then_summed else (b, n))
+        _, want = interpret(kernel.ir, {a: v.copy() for a, v in args.items()}, sizes)
+        fn(**args)
+        for name in want:
+            if deterministic:
+                np.testing.assert_array_equal(args[name], want[name])
+            else:
+                np.testing.assert_allclose(args[name], want[name], rtol=1e-12, atol=1e-12)
+
+
+def test_a_blocked_loop_keeps_its_sums_in_registers():
+    """The sums of the conv layer's filter gradient run for 2 output channels per pass
+    over the row (9 taps: 18 sums, within SUM_REGISTERS) and one vector of lanes each."""
+    grad = pa.grad(conv_cost32, wrt=["w", "x"])
+    text = pa.explain(grad)
+    assert "sums moved out of the body of loop co into a loop of their own after it (no " \
+           "element shared with S2, S3, S4, S5, S6 across its iterations); loop co blocked " \
+           "by 2 into the loop v" in text
+    assert "per-lane partial sums: 16 lanes" in text
+    src = grad.source
+    assert "for (int64_t co = 0; co < (CO - 1); co += 2) {" in src
+    assert "d_w[(((co + 1) * CI + ci) * 3 + 2) * 3 + 2] += d_w_lanes18[0];" in src

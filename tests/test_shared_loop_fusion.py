@@ -68,9 +68,12 @@ def test_conv_gradient_runs_in_one_nest():
                 and not st.source.startswith("zero")]
     sums = [st for st in sk.kernel.statements if st.target_name == "d_s_expanded"]
     assert {st.position[0] for st in gradient + sums} == {sums[0].position[0]}
-    # the d_w sums run in the iteration of (b, co, h) that wrote the row of d_s they read
+    # the d_w sums run in the iteration of (b, h) that wrote the rows of d_s they read,
+    # in a loop over co right after the one writing them (blocked by 2 output channels:
+    # loop_order.block_sums_in_registers)
     d_w = [st for st in gradient if st.target_name == "d_w"]
-    assert all(st.position[:3] == sums[0].position[:3] for st in d_w)
+    after = sums[0].position[:2] + (sums[0].position[2] + 1,)
+    assert all(st.position[:3] == after and st.loops[2].var == "co" for st in d_w)
     # not for CUDA, whose threads run single iterations
     assert _fusions(pa.grad(conv_cost, wrt=["w", "x"]), "cuda")[1] == []
 

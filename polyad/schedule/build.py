@@ -28,9 +28,8 @@ from .gather import ascending_order_free_nests, scatter_to_gather, small_target
 from .split import split_conflicting_instances
 from .tiling import tile_schedule
 from .locality import has_strided_inner_loop, strided_inner_accesses, unit_stride_bands
-from .loop_order import (add_decisions, expand_reduction_rows, interchange_for_reuse,
-                         jam_small_loops,
-                         unit_stride_innermost)
+from .loop_order import (add_decisions, block_sums_in_registers, expand_reduction_rows,
+                         interchange_for_reuse, jam_small_loops, unit_stride_innermost)
 from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, dependences,
                     isl_name, large_sizes, maps_of, operation_quota, split_boundary_pieces,
                     text_within_seconds)
@@ -450,7 +449,9 @@ def schedule_kernel(kernel: ir.Kernel,
     (``fusion.fuse_along_shared_loops``), and a loop whose iterations read the same
     rows runs inside the loop that moves them (``loop_order.interchange_for_reuse``),
     and a temporary each iteration of a nest writes and reads one row of is kept as that
-    row, one per thread (``fusion.rows_per_iteration``).
+    row, one per thread (``fusion.rows_per_iteration``), and sums along a row run for
+    several values of an outer loop per pass over the row
+    (``loop_order.block_sums_in_registers``).
     ``tile``: tile nests of three or more loops (``tiling.tile_schedule``) when the
     tiled schedule is legal and as parallel: None with the cache model's sizes, a
     tuple of sizes, False not at all.
@@ -543,6 +544,8 @@ def _schedule_kernel(kernel: ir.Kernel,
             add_decisions(loop_orders, interchanged)
             split, rows = rows_per_iteration(split)
             fusions += rows
+            split, blocked = block_sums_in_registers(split, model)
+            add_decisions(loop_orders, blocked)
     with clock.stage("index-set splitting", len(split.statements)):
         split, index_splits = split_conflicting_instances(split, model)
     n = len(split.statements)

@@ -277,7 +277,7 @@ def distribute_after_scatters(kernel: ir.Kernel, model: Optional[PolyModel] = No
                 split = _split_point(kernel, st, depth, model)
                 if split is not None:
                     prefix, suffix = split
-                    kernel = _split_loop(kernel, st.position[:depth + 1], suffix)
+                    kernel = split_loop(kernel, st.position[:depth + 1], suffix)
                     decisions.append(
                         f"loop {st.loops[depth].var} (line {st.line}) split after its scatters "
                         f"({', '.join(o.name for o in prefix if _is_scatter(o))}): "
@@ -312,7 +312,7 @@ def _split_point(kernel: ir.Kernel, st: ir.Statement, depth: int,
     return prefix, suffix
 
 
-def _split_loop(kernel: ir.Kernel, loop_position: tuple, suffix: list) -> ir.Kernel:
+def split_loop(kernel: ir.Kernel, loop_position: tuple, suffix: list) -> ir.Kernel:
     """Move ``suffix`` (statements of the loop at ``loop_position``) into a copy of that
     loop right after it; later siblings move one position down."""
     depth = len(loop_position) - 1

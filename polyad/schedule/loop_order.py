@@ -34,9 +34,10 @@ most reads, with coefficient 1 and no other dimension of that access. That
 loop becomes innermost.
 
 Also here: per-point sums kept in a row (``expand_reduction_rows``), small
-tap loops unrolled into the row loop (``jam_small_loops``), and two loops
+tap loops unrolled into the row loop (``jam_small_loops``), two loops
 interchanged so that rows read by every iteration of one are reused from cache
-(``interchange_for_reuse``).
+(``interchange_for_reuse``), and sums along a row computed for several values of
+an outer loop in one pass over the row (``block_sums_in_registers``).
 
 The decisions (statement name -> text) are kept in
 ``ScheduledKernel.loop_orders`` and shown by ``pa.explain``.
@@ -48,6 +49,8 @@ import dataclasses
 
 from .. import ir
 from ..ir import Binary, Const, Load, LoopVar, ScalarRef, Unary
+from ..poly import model_of
+from .distribute import conflicts_across_iterations, split_loop
 from .gather import iterations_independent_but_sums
 from .nests import loop_nests
 
@@ -736,3 +739,199 @@ def _interchanged(kernel: ir.Kernel, names: set, d: int) -> ir.Kernel:
             st = dataclasses.replace(st, loops=loops)
         out.append(st)
     return dataclasses.replace(kernel, statements=tuple(out))
+
+
+# The sums of one pass over a row live in vector registers (a target's per-lane partial
+# sums): a block of copies gets at most this many of them, leaving the rest of
+# AVX-512's 32 registers to the row's loads.
+SUM_REGISTERS = 24
+# ... and at most this many copies of the loop's body per pass.
+SUM_BLOCK = 4
+
+
+def block_sums_in_registers(kernel: ir.Kernel, model=None) -> tuple[ir.Kernel, dict[str, str]]:
+    """Compute the sums along a row for several values of an outer loop in one pass over
+    the row, so that the reads those values share are loaded once.
+
+    The conv layer's filter gradient (after ``jam_small_loops`` and the fusion of its
+    nest with the forward's recompute) reads::
+
+        for b, h:  for co:  ...; d_s[b, co, h, v] = ...      (the rest of co's body)
+                            for ci:  for v:  d_w[co, ci, 0, 0] += d_s[b, co, h, v] * x[b, ci, h - 1, v - 1]
+                                             ... (9 taps: 9 sums along v)
+
+    Every pass over ``v`` loads 9 values of ``x`` and one of ``d_s`` for 9 multiply-adds,
+    and the next ``co`` loads the same 9 values of ``x`` again. Here the sums leave
+    ``co``'s body for a loop ``co`` of their own after it, which steps by ``R`` with its
+    next values unrolled into the row loop, the copy for ``co + q`` (``q > 0``) under
+    the condition ``co + q < CO`` (ISL peels the last block where ``CO`` is no multiple
+    of ``R``)::
+
+        for b, h:  for co:  ...; d_s[b, co, h, v] = ...
+                   for co in range(0, CO, R):  for ci:  for v:
+                       d_w[co, ci, 0, 0] += d_s[b, co, h, v] * x[b, ci, h - 1, v - 1]
+                       d_w[co + 1, ci, 0, 0] += d_s[b, co + 1, h, v] * x[b, ci, h - 1, v - 1]
+                       ...
+
+    so each load of ``x`` serves ``R`` multiply-adds from a register. ``R`` is the largest
+    number up to ``SUM_BLOCK`` whose copies keep at most ``SUM_REGISTERS`` sums (2 for 9
+    taps); the blocked loop is the one whose copies share the most reads.
+
+    When: the statements of a row loop (innermost, trip count growing with the sizes,
+    step 1) all add (``+=``/``-=``, no guard) into elements of kernel arrays whose index
+    does not use the row loop (sums along the row), and none reads what they write
+    (order-free, ``_not_order_free``). The blocked loop ``L`` encloses them below the
+    nest's outermost loop (threads share that one), steps by 1 with at least ``2 * R``
+    iterations where its trip count is constant, bounds no inner loop and has bounds
+    free of the inner loops; each target's index uses ``L`` as a plain term in exactly
+    one dimension, and more distinct reads do not use ``L`` than do.
+
+    Legality. Moving the sums out of ``L``'s body (``distribute.split_loop``) runs them
+    after the rest of the body's iterations of ``L`` where they ran in between: allowed
+    when no element is accessed by both parts, once written, in different iterations
+    of ``L`` within one iteration of the loops around it
+    (``distribute.conflicts_across_iterations``, on ISL's access relations). In the
+    blocked loop, instances with different values of ``L`` add into different elements
+    (``L`` is a plain term of every target's index) and nothing in the loop reads them,
+    so only the order of the terms that one element receives could change; all of them
+    come from one value of ``L`` and arrive in the order of the inner loops, as before:
+    the sums are the same bit for bit. Returns the kernel and the decisions (owner
+    statement name -> text).
+    """
+    decisions: dict[str, str] = {}
+    while True:
+        found = _sum_block(kernel, model)
+        if found is None:
+            return kernel, decisions
+        group, depth, width, rest = found
+        if rest:
+            at = group[0].position[:depth + 1]
+            kernel = split_loop(kernel, at, group)
+            moved = {st.name for st in group}
+            group = [st for st in kernel.statements if st.name in moved]
+        kernel, text = _blocked(kernel, group, depth, width)
+        if rest:
+            text = (f"sums moved out of the body of loop {group[0].loops[depth].var} into a "
+                    f"loop of their own after it (no element shared with "
+                    f"{', '.join(dict.fromkeys(st.owner for st in rest))} across its "
+                    f"iterations); " + text)
+        add_decisions(decisions, {st.owner: text for st in group})
+
+
+def _sum_block(kernel: ir.Kernel, model):
+    """(group, depth of the loop to block, copies per pass, the rest of that loop's body)
+    of the first row loop whose sums qualify, or None."""
+    seen = set()
+    for st in kernel.statements:
+        key = (st.position[:-1], st.loops)
+        if len(st.loops) < 3 or key in seen:
+            continue
+        seen.add(key)
+        group = [s for s in kernel.statements if (s.position[:-1], s.loops) == key]
+        if any(sp.kind == "block" for s in group for sp in s.origin):
+            continue  # blocked already
+        if len(group) != sum(1 for s in kernel.statements
+                             if s.position[:len(key[0])] == key[0]):
+            continue  # the row loop holds other loops or statements of other loops
+        if not _sums_along_row(kernel, group):
+            continue
+        best = None
+        for depth in range(1, len(st.loops) - 1):
+            shared = _blockable_sums(group, depth)
+            if shared is not None and (best is None or shared >= best[1]):
+                best = (depth, shared)
+        if best is None:
+            continue
+        depth = best[0]
+        elements = len({s.target for s in group})
+        width = min(SUM_BLOCK, SUM_REGISTERS // elements)
+        trip = _trip(st.loops[depth])
+        if width < 2 or (trip is not None and trip < 2 * width):
+            continue
+        at = st.position[:depth + 1]
+        rest = [s for s in kernel.statements
+                if s.position[:depth + 1] == at and s not in group]
+        if rest and (any(s.position[depth + 1:] > st.position[depth + 1:] for s in rest)
+                     or conflicts_across_iterations(model_of(kernel, model), rest, group,
+                                                    depth, depth + 1)):
+            continue
+        return group, depth, width, rest
+    return None
+
+
+def _sums_along_row(kernel: ir.Kernel, group: list) -> bool:
+    """Does every statement add (no guard) into an element of a kernel array that the row
+    loop (innermost, trip count growing with the sizes, step 1) does not select, no
+    statement reading what the group writes?"""
+    row = group[0].loops[-1]
+    if _trip(row) is not None or row.step != 1 or _not_order_free(group):
+        return False
+    params = {p.name for p in kernel.params if p.is_array}
+    return all(st.guard is None and st.target.array in params
+               and not any(_uses(e, {row.var}) for e in st.target.index) for st in group)
+
+
+def _blockable_sums(group: list, depth: int):
+    """How many distinct reads of ``group`` the copies of the loop at ``depth`` would share,
+    or None when that loop cannot be blocked (``block_sums_in_registers``)."""
+    first = group[0]
+    lp = first.loops[depth]
+    inner = {p.var for p in first.loops[depth + 1:]}
+    if lp.step != 1 or any(_uses(b, inner) for b in (lp.lo, lp.hi)) or \
+            any(_uses(b, {lp.var}) for p in first.loops[depth + 1:] for b in (p.lo, p.hi)):
+        return None
+    for st in group:
+        dims = [e for e in st.target.index if _uses(e, {lp.var})]
+        if len(dims) != 1 or not _plain_term(dims[0], lp.var):
+            return None
+    reads = list(dict.fromkeys(ld for st in group for ld in ir.loads(st.expr)))
+    shared = sum(1 for ld in reads if not _uses(ld, {lp.var}))
+    return shared if shared > len(reads) - shared else None
+
+
+def _blocked(kernel: ir.Kernel, group: list, depth: int, width: int) -> tuple[ir.Kernel, str]:
+    """``kernel`` with the loop at ``depth`` of ``group`` (its whole body) stepping by
+    ``width`` and its next values unrolled into the row loop, the copy for value
+    ``L + q`` under the condition ``L + q < hi`` (where the trip count is no multiple of
+    ``width``, the last block runs fewer copies)."""
+    lp = group[0].loops[depth]
+    var = LoopVar(lp.var)
+    loops = group[0].loops[:depth] + (dataclasses.replace(lp, step=width),) \
+        + group[0].loops[depth + 1:]
+    slots = max(s.position[-1] for s in group) + 1
+    names = {s.name for s in kernel.statements}
+
+    def fresh(name):
+        while name in names:
+            name = "_" + name
+        names.add(name)
+        return name
+
+    copies = []
+    for q in range(width):
+        value = Binary("+", var, Const(q, ir.i64), ir.i64)
+        shifted = {lp.var: value}
+
+        def put(e):
+            return ir.substitute(e, shifted) if q else e
+
+        within = (ir.Condition(Binary("<", value, lp.hi, ir.boolean)),) if q else ()
+        for st in group:
+            copies.append(dataclasses.replace(
+                st.split("block", q, fresh(f"{st.name}_{lp.var}{q}")), loops=loops,
+                position=st.position[:-1] + (q * slots + st.position[-1],),
+                conditions=tuple(dataclasses.replace(c, expr=put(c.expr))
+                                 for c in st.conditions) + within,
+                target=dataclasses.replace(st.target,
+                                           index=tuple(put(e) for e in st.target.index)),
+                expr=put(st.expr)))
+    members = {s.name for s in group}
+    out = [st for st in kernel.statements if st.name not in members]
+    out = sorted(out + copies, key=lambda s: s.position)
+    shared = ", ".join(dict.fromkeys(ir.expr_str(ld) for s in group for ld in ir.loads(s.expr)
+                                     if not _uses(ld, {lp.var})))
+    text = (f"loop {lp.var} blocked by {width} into the loop {group[0].loops[-1].var} "
+            f"({width} values of {lp.var} per pass over the row, each read of {shared} used "
+            f"{width} times from a register; the copies for values past the loop's end "
+            f"skipped); order-free: each element keeps the order of its terms")
+    return dataclasses.replace(kernel, statements=tuple(out)), text

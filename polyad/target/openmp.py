@@ -47,6 +47,11 @@ THIN_WORK = 8192
 # Per-lane partial sums span two 512-bit vectors (16 doubles, 32 floats), as the
 # hand-written baselines' LANES: enough independent adds to hide the add latency.
 LANE_BITS = 1024
+# ... unless the loop sums into more elements than this: then one vector each, the
+# latency hidden by the other sums, and their accumulators still fit the 32 registers
+# (the conv layer's filter gradient blocked over 2 output channels: 18 sums, which as
+# 36 vectors spilled to the stack).
+TWO_VECTOR_SUMS = 12
 
 
 @dataclass(frozen=True)
@@ -418,9 +423,10 @@ class _Planner:
         if enclosing is not None and any(a in enclosing.facts.scatters
                                          and a not in enclosing.privatized for a in targets):
             return 0
-        dtypes = self.sums_along(node, it, targets)
-        if dtypes is None:
+        along = self.sums_along(node, it, targets)
+        if along is None:
             return 0
+        dtypes, elements = along
         if all(self.by_name[n].on_border for n in facts.statements):
             # a border piece's sums run on a face of the domain (a dimension fewer
             # iterations than the interior's): lanes would add code, not speed
@@ -428,6 +434,8 @@ class _Planner:
         if len(dtypes) != 1 or not next(iter(dtypes)).is_float:
             return 0
         lanes = LANE_BITS // next(iter(dtypes)).bits
+        if elements > TWO_VECTOR_SUMS:
+            lanes //= 2
         if facts.trip_count_bound is not None and facts.trip_count_bound < lanes:
             return 0  # never a whole block of lanes (filter taps)
         return lanes
@@ -448,21 +456,23 @@ class _Planner:
                     return ()
         return tuple(sorted(arrays))
 
-    def sums_along(self, node, it: str, targets: set) -> Optional[set]:
-        """The dtypes of the targets when the body of loop ``node`` (iterator ``it``) is plain
-        statements, each adding (no guard) into an element of one of ``targets`` whose
-        index does not use the loop: every iteration adds into the same elements (sums
-        along the loop); else None."""
+    def sums_along(self, node, it: str, targets: set) -> Optional[tuple[set, int]]:
+        """(the dtypes of the targets, how many distinct target elements) when the body of
+        loop ``node`` (iterator ``it``) is plain statements, each adding (no guard) into an
+        element of one of ``targets`` whose index does not use the loop: every iteration
+        adds into the same elements (sums along the loop); else None."""
         users = _flat_body(node.for_get_body())
         if not users or any(u.get_type() != isl.ast_node_type.user for u in users):
             return None
-        dtypes = set()
+        dtypes, elements = set(), set()
         for st, call in [pair for u in users for pair in user_statements(u, self.by_name)]:
             if (len(loop_vars_along(st, call, it)) != 1 or st.guard is not None
                     or not _adds_along(st, call, it, targets)):
                 return None
             dtypes.add(self.kernel.array_type(st.target.array).dtype)
-        return dtypes
+            args = tuple(call.get_op_arg(i).to_str() for i in range(1, call.get_op_n_arg()))
+            elements.add((st.target, args))
+        return dtypes, len(elements)
 
     def threads(self, node, facts: LoopFacts, atomic: frozenset,
                 enclosing: Optional[LoopPlan], loops_above: int) -> tuple[bool, str]:
