@@ -609,7 +609,8 @@ class Temp:
     (the row of per-point sums that one iteration of the loops around a row keeps,
     ``schedule.loop_order``) or ``row`` (a temporary that one iteration of its nest's outer
     loops writes and reads only its own row of, shrunk to that row,
-    ``schedule.fusion.rows_per_iteration``). The generated code declares ``rows``,
+    ``schedule.fusion.rows_per_iteration``, or the few rows of a temporary that two loops
+    over rows run as one keep inside those outer loops, ``schedule.fusion.fuse_rows_inside``). The generated code declares ``rows``,
     ``sum row`` and ``row`` buffers itself, one per thread (``per_thread``); callers never
     pass them, see
     ``Kernel.caller_temps``. ``holds`` describes its content in DSL terms where the name

@@ -114,7 +114,7 @@ def test_conv_gradient_nests_get_the_pixel_row_innermost():
     assert "s_rows[v] (one row per thread)" in rows and "the loop v is innermost" in rows
     # each reordered statement had a nest of its own, now inside the shared loops of the
     # nest that writes what it reads (test_shared_loop_fusion): at different places in it
-    assert len({st.position[:2] for st in moved.values()}) == 2
+    assert len({st.position[:3] for st in moved.values()}) == 2
     text = pa.explain(grad)
     assert "loop v moved innermost (unit stride in d_x[b, ci, h, v])" in text
     assert "per-lane partial sums: 8 lanes" in text  # 18 sums: one vector each
@@ -134,14 +134,14 @@ def test_filter_gradient_sums_along_the_row_in_lanes(kernel, lanes):
     assert "reduction(+:d_w[0:CO * CI * 3 * 3])" in src  # the thread loop's private copies
     assert src.count("#pragma omp simd reduction(+:d_w") == 0  # not per row
     assert f"d_w_lanes[{lanes}] = {{0}};" in src
-    assert "d_w_lanes[v_lane] += d_s_expanded[" in src
+    assert "d_w_lanes[v_lane] += d_s_expanded_rows[" in src
     # the nine taps' sums of two output channels share one lane loop (in the interior
     # rows), one vector of lanes each (18 sums)
     assert f"d_w_lanes18[{lanes}] = {{0}};" in src and "d_w_lanes19[" not in src
     # d_x is a plain vector loop over the row, the nine taps in one update
     lines = src.splitlines()
     k = next(k for k, line in enumerate(lines)
-             if line.strip().startswith("d_x[((b * CI + ci) * H + h) * W + v] +="))
+             if line.strip().startswith("d_x[((b * CI + ci) * H + (h - 1)) * W + v] +="))
     assert lines[k - 1].strip() == "for (int64_t v = 1; v < (W - 1); v++) {"
     assert lines[k - 2].strip() == "#pragma omp simd"
     assert [line.strip()[:1] for line in lines[k + 1:k + 9]] == ["+"] * 8
@@ -534,7 +534,7 @@ def test_input_gradient_alone_gets_the_pixel_row_innermost(deterministic):
     k = len(zeroing.loops) - 1
     assert all(st.loops[:k] == zeroing.loops[:k] and st.position[:k] == zeroing.position[:k]
                and st.position[k] > zeroing.position[k] for st in gathers)
-    producers = [st for st in sk.kernel.statements if st.target_name == "d_s_expanded"]
+    producers = [st for st in sk.kernel.statements if st.target_name == "d_s_expanded_rows"]
     assert producers and all(st.position[0] == zeroing.position[0] for st in producers)
     assert "runs along the loop v before the updates of the elements it sets" \
         in pa.explain(grad)

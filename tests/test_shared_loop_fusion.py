@@ -60,14 +60,21 @@ def running_then_scale(x: pa.f64[M, N], y: pa.Out(pa.f64[M, N])):
 
 def test_conv_gradient_runs_in_one_nest():
     sk, fusions = _fusions(pa.grad(conv_cost, wrt=["w", "x"]))
-    assert len(fusions) == 2
+    assert len(fusions) == 3
     assert fusions[0].endswith("inside the loops b, co, h: what it reads of the first is "
                                "written in the same iteration (still in cache)")
     assert "inside the loops b:" in fusions[1]
+    # then the d_x gather's loop over rows runs a row behind the one writing d_s
+    # (fusion.fuse_rows_inside)
+    assert fusions[2].startswith("fused the loop h of S8 into that of S2, S3, S4, S5, S6, "
+                                 "S7 inside the loops b (1 row behind): d_s_expanded kept "
+                                 "as 3 rows per thread (d_s_expanded_rows)")
     gradient = [st for st in sk.kernel.statements if st.target_name in ("d_w", "d_x")
                 and not st.source.startswith("zero")]
-    sums = [st for st in sk.kernel.statements if st.target_name == "d_s_expanded"]
-    assert {st.position[0] for st in gradient + sums} == {sums[0].position[0]}
+    sums = [st for st in sk.kernel.statements if st.target_name == "d_s_expanded_rows"]
+    assert {st.position[:2] for st in gradient + sums} == {sums[0].position[:2]}
+    d_x = [st for st in gradient if st.target_name == "d_x"]
+    assert all(st.loops[1] == sums[0].loops[1] for st in d_x)
     # the d_w sums run in the iteration of (b, h) that wrote the rows of d_s they read,
     # in a loop over co right after the one writing them (blocked by 2 output channels:
     # loop_order.block_sums_in_registers)
@@ -93,3 +100,67 @@ def test_values_match_the_interpreter(kernel):
         x = rng.standard_normal((m, n))
         _, want = interpret(kernel.ir, dict(x=x), dict(M=m, N=n))
         np.testing.assert_allclose(kernel(x), want["y"], rtol=1e-14, atol=1e-14)
+
+
+B = pa.sizes("B")
+
+
+@pa.kernel
+def scale_then_window(x: pa.f64[B, M, N], y: pa.Out(pa.f64[B, M, N])):
+    # per image b: a loop over rows writing t, then one reading rows m - 1 .. m + 1 of it
+    t = pa.empty(pa.f64[B, M, N].clamped)
+    for b in range(B):
+        for m in range(M):
+            for n in range(N):
+                t[b, m, n] = 2.0 * x[b, m, n] + 1.0
+        for m in range(M):
+            for n in range(N):
+                y[b, m, n] = t[b, m - 1, n] - 2.0 * t[b, m, n] + t[b, m + 1, n]
+
+
+@pa.kernel
+def window_then_rewrite(x: pa.f64[B, M, N], y: pa.Out(pa.f64[B, M, N])):
+    # the second loop also writes x, which the first reads: the loops stay apart
+    t = pa.empty(pa.f64[B, M, N].clamped)
+    for b in range(B):
+        for m in range(M):
+            for n in range(N):
+                t[b, m, n] = 2.0 * x[b, m, n]
+        for m in range(M):
+            for n in range(N):
+                y[b, m, n] = t[b, m - 1, n] + t[b, m + 1, n]
+                x[b, m, n] = 0.5 * y[b, m, n]
+
+
+def _rows_inside(kernel, fuse=None):
+    sk = compile_kernel(kernel.ir, Options(fuse=fuse)).scheduled
+    return sk, [d for d in sk.schedule_decisions if d.startswith("fused the loop ")]
+
+
+def test_sibling_row_loops_run_as_one_through_a_rolling_buffer():
+    """fusion.fuse_rows_inside: the second loop over m runs a row behind the first inside
+    the loop over b, t kept as 3 rows per thread; not with fuse=False, nor where the
+    second loop writes what the first reads."""
+    sk, (text,) = _rows_inside(scale_then_window)
+    assert text == ("fused the loop m of S1 into that of S0 inside the loops b (1 row "
+                    "behind): t kept as 3 rows per thread (t_rows) instead of BxMxN elements")
+    (buffer,) = [t for t in sk.kernel.temps if t.name == "t_rows"]
+    assert buffer.per_thread and buffer.chunk_loops == ("b",)
+    assert [pa.ir.expr_str(e) for e in buffer.type.shape] == ["3", "N + 16"]
+    assert all(st.loops[1].var == "m" and pa.ir.expr_str(st.loops[1].hi) == "M + 1"
+               for st in sk.kernel.statements)
+    assert "own row buffers t_rows per iteration" in pa.explain(scale_then_window)
+    assert _rows_inside(scale_then_window, fuse=False)[1] == []
+    assert _rows_inside(window_then_rewrite)[1] == []
+
+
+@pytest.mark.parametrize("kernel", [scale_then_window, window_then_rewrite])
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_rolling_rows_match_the_interpreter(kernel, deterministic):
+    fn = pa.compile(kernel, deterministic=deterministic)
+    rng = np.random.default_rng(8)
+    for b, m, n in [(1, 1, 1), (1, 2, 3), (2, 3, 2), (3, 5, 8), (2, 17, 40)]:
+        x = rng.standard_normal((b, m, n))
+        _, want = interpret(kernel.ir, dict(x=x.copy()), dict(B=b, M=m, N=n))
+        got = fn(x)
+        np.testing.assert_allclose(got, want["y"], rtol=1e-14, atol=1e-14)

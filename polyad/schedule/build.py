@@ -22,8 +22,8 @@ from .cleanup import (assign_first_updates, drop_zero_updates, forward_copies,
                       updates_in_place)
 from .distribute import distribute_after_scatters, expand_and_distribute
 from .fusion import (BALANCED, CHUNK_ROWS, UNFUSED_FROM_POINTS, chunk_loop_vars,
-                     chunked_extents, fuse_along_shared_loops, fuse_pipelines, jam_row_loops,
-                     rows_per_iteration)
+                     chunked_extents, fuse_along_shared_loops, fuse_pipelines, fuse_rows_inside,
+                     jam_row_loops, rows_per_iteration)
 from .gather import ascending_order_free_nests, scatter_to_gather, small_target
 from .split import split_conflicting_instances
 from .tiling import tile_schedule
@@ -449,7 +449,9 @@ def schedule_kernel(kernel: ir.Kernel,
     (``fusion.fuse_along_shared_loops``), and a loop whose iterations read the same
     rows runs inside the loop that moves them (``loop_order.interchange_for_reuse``),
     and a temporary each iteration of a nest writes and reads one row of is kept as that
-    row, one per thread (``fusion.rows_per_iteration``), and sums along a row run for
+    row, one per thread (``fusion.rows_per_iteration``), two loops over rows inside a
+    nest's outer loops run as one through a rolling buffer of the temporary linking them
+    (``fusion.fuse_rows_inside``, unless ``fuse`` is False), and sums along a row run for
     several values of an outer loop per pass over the row
     (``loop_order.block_sums_in_registers``).
     ``tile``: tile nests of three or more loops (``tiling.tile_schedule``) when the
@@ -544,6 +546,9 @@ def _schedule_kernel(kernel: ir.Kernel,
             add_decisions(loop_orders, interchanged)
             split, rows = rows_per_iteration(split)
             fusions += rows
+            if fuse is not False:
+                split, inside = fuse_rows_inside(split, model)
+                fusions += inside
             split, blocked = block_sums_in_registers(split, model)
             add_decisions(loop_orders, blocked)
     with clock.stage("index-set splitting", len(split.statements)):

@@ -20,6 +20,10 @@ chunk also computes): the line-buffered loop a careful engineer writes by hand. 
 the chunks of a call's sizes would leave threads idle, a default compilation runs the
 unfused schedule for that call (``chunked_extents``).
 
+Inside a nest's outer loops, two sibling loops over rows linked by a temporary run
+as one the same way, without chunks (the outer loops keep the parallelism):
+``fuse_rows_inside``, the conv layer's ``d_x`` gather a row behind the rows of ``d_s``.
+
 Buffer or recompute: a producer row is read by several consumer rows (five for a
 5-tap window): recomputing it per reader repeats its work once per tap, a buffer
 of ``W`` rows per thread costs ``W`` rows of memory that stay in cache. The pass
@@ -90,6 +94,9 @@ UNFUSED_FROM_POINTS = 1 << 20
 # forward in 2.69 instead of 3.15 ms at 2048^2. (Buffers of planes are not padded: the
 # 3-D stencil's gradient ran no faster with its rows padded.)
 ROW_PAD_BYTES = 128
+# A rolling buffer inside a nest's outer loops (``fuse_rows_inside``) keeps at most this
+# many rows: a few rows of each channel stay in cache, a wide window's would not.
+ROLLING_ROWS = 8
 
 
 def chunk_loop_vars(kernel: ir.Kernel) -> set:
@@ -705,3 +712,231 @@ def rows_per_iteration(kernel: ir.Kernel) -> tuple[ir.Kernel, list[str]]:
                          f"{', '.join(lp.var for lp in outer)} writes and reads only its own "
                          f"row of it")
     return kernel, decisions
+
+
+def fuse_rows_inside(kernel: ir.Kernel, model: Optional[PolyModel] = None) \
+        -> tuple[ir.Kernel, list[str]]:
+    """Run two loops over rows, siblings inside a nest's outer loops, as one loop, the
+    second a few rows behind the first, with the temporary that links them kept as a
+    rolling buffer of rows per iteration of the outer loops.
+
+    The conv layer's gradient (after ``fuse_along_shared_loops`` and
+    ``loop_order.interchange_for_reuse``) runs, per image ``b``::
+
+        for h:  for co:  ...; d_s[b, co, h, v] = ...              (P: writes row h)
+        for h:  for ci, co:  d_x[b, ci, h, v] += d_s[b, co, h + 1, v + 1] * w[co, ci, 0, 0]
+                             ... (9 taps: rows h - 1 .. h + 1 of d_s)   (Q)
+
+    ``d_s`` (8 MiB per image at 512x512 float32, 8 channels) goes to memory and comes
+    back. Fused, step ``h`` runs P's row ``h`` and then Q's row ``h - 1``, whose rows of
+    ``d_s`` were written in this step and the two before: ``d_s`` shrinks to 3 rows per
+    channel (``d_s_rows[co, h % 3, v]``), one buffer per thread, in cache.
+
+    When. Two loops at consecutive positions below the outer loops (depth at least 1:
+    the outer loops keep the nest's parallelism), over the same range with step 1; a
+    temporary (not zero-filled, not already a buffer) that P's statements assign and Q's
+    read (P may read its own rows back, none it has not yet written: the filter
+    gradient's sums read row ``h`` of ``d_s``), which no other statement accesses, each
+    access indexing it by the outer loops'
+    variables themselves (the same dimensions), by the row loop in one other dimension
+    (with a constant offset range from ISL, the access relations over the domains) and
+    by neither in the rest. Nothing else links the loops: no array or scalar that one
+    writes is accessed by the other (P's sums into kernel arrays included).
+
+    Legality. Only the temporary carries values from P to Q, and Q's instances move
+    earlier, each after the P rows it reads: Q's row ``h`` reads rows up to
+    ``h + r1`` (``r1``: its largest read offset), the last of them written by P's row
+    ``h + r1 - w0`` (``w0``: its smallest write offset), so Q runs ``lag = r1 - w0`` rows
+    behind. The slot of row ``r`` is written again by row ``r + height`` only after Q's
+    last read of ``r`` and P's: ``height = max(lag + w1 - r0, w1 - p0) + 1`` (``p0``: P's
+    smallest read offset). Each iteration of the outer loops
+    writes every row of the buffer it reads (the temporary's elements for those outer
+    values), so the buffer is private to the iteration (``Temp.chunk_loops``; the loop
+    test, ``schedule.build``, checks it on the schedule). For targets whose threads run
+    whole loops. Returns the kernel and one line per fusion.
+    """
+    decisions = []
+    while True:
+        found = _row_loop_pair(kernel, model)
+        if found is None:
+            return kernel, decisions
+        kernel, text = _rows_fused_inside(kernel, *found)
+        decisions.append(text)
+
+
+def _row_loop_pair(kernel: ir.Kernel, model: Optional[PolyModel]):
+    """(P, Q, depth, temporary, row dimension, outer dimensions, lag, height) of the first
+    pair of sibling row loops that ``fuse_rows_inside`` fuses, or None."""
+    temps = {t.name: t for t in kernel.temps}
+    for nest in loop_nests(kernel).values():
+        depth_max = max(len(st.loops) for st in nest)
+        for d in range(1, depth_max - 1):
+            loops_at: dict = {}
+            for st in nest:
+                if len(st.loops) > d:
+                    loops_at.setdefault(st.position[:d + 1], []).append(st)
+            for key, first in loops_at.items():
+                second = loops_at.get(key[:-1] + (key[-1] + 1,))
+                if not second:
+                    continue
+                found = _linked_rows(kernel, model, temps, first, second, d)
+                if found is not None:
+                    return (first, second, d) + found
+    return None
+
+
+def _linked_rows(kernel, model, temps, first, second, d):
+    """(temporary, row dimension, outer dimensions, lag, height) when the loops at depth
+    ``d`` of ``first`` (P) and ``second`` (Q) may run as one (``fuse_rows_inside``)."""
+    loop = first[0].loops[d]
+    outer = first[0].loops[:d]
+    if loop.step != 1 or any(st.loops[d] != loop or st.loops[:d] != outer
+                             for st in first + second):
+        return None
+    names = {st.name for st in first + second}
+    linked = [v for v in _written_arrays(first) & set(temps)
+              if any(st.reads_variable(v) for st in second)]
+    if len(linked) != 1:
+        return None
+    (v,) = linked
+    t = temps[v]
+    if t.zero or t.per_thread or any(st.accesses(v) for st in kernel.statements
+                                     if st.name not in names):
+        return None
+    if v in _written_arrays(second):
+        return None
+    if any(_used(st) & (_written_arrays(first) | _written_scalars(first)) - {v}
+           for st in second) or \
+            any(_used(st) & (_written_arrays(second) | _written_scalars(second))
+                for st in first):
+        return None
+    outer_vars = [lp.var for lp in outer]
+    accesses = [(st, ld) for st in first + second for e in list(st.exprs()) + [st.target]
+                for ld in ir.loads(e) if ld.array == v]
+    dims = _row_dims(accesses, outer_vars, loop.var)
+    if dims is None:
+        return None
+    row_dim, outer_dims = dims
+    pm = model_of(kernel, model)
+    in_first = {st.name for st in first}
+    writes = _join([_dim_offsets(pm, st, st.target, row_dim, d) for st in first
+                    if isinstance(st.target, Load) and st.target.array == v])
+    own = [_dim_offsets(pm, st, ld, row_dim, d) for st, ld in accesses
+           if st.name in in_first and ld is not st.target]
+    reads = _join([_dim_offsets(pm, st, ld, row_dim, d) for st, ld in accesses
+                   if st.name not in in_first])
+    if writes is None or reads is None or (own and (_join(own) is None
+                                                    or _join(own)[1] > writes[0])):
+        return None  # (P reading a row before it writes it: not a window of rows)
+    lag = max(0, reads[1] - writes[0])
+    height = max(lag + writes[1] - reads[0], writes[1] - _join(own)[0] if own else 0) + 1
+    if height > ROLLING_ROWS:
+        return None
+    return t, row_dim, outer_dims, lag, height
+
+
+def _row_dims(accesses: list, outer_vars: list, row: str):
+    """(the dimension the row loop indexes, the dimensions indexed by the outer loops'
+    variables themselves) when every access of ``accesses`` has the outer loops' at the
+    same places, uses the row loop in that one other dimension if at all (a clamped
+    border's piece reads row 0 itself) and neither kind of variable elsewhere; else
+    None."""
+    outer_places, row_dims = set(), set()
+    for _, ld in accesses:
+        places = []
+        for k, e in enumerate(ld.index):
+            used = [x for x in outer_vars if _uses_var(e, x)]
+            if used:
+                if len(used) > 1 or not (isinstance(e, LoopVar) and e.name == used[0]):
+                    return None
+                places.append((k, e.name))
+            elif _uses_var(e, row):
+                row_dims.add(k)
+        if sorted(x for _, x in places) != sorted(outer_vars):
+            return None
+        outer_places.add(tuple(places))
+    if len(outer_places) != 1 or len(row_dims) != 1:
+        return None
+    return row_dims.pop(), tuple(k for k, _ in outer_places.pop())
+
+
+def _uses_var(e: ir.Expr, var: str) -> bool:
+    return any(isinstance(x, LoopVar) and x.name == var for x in ir.walk(e))
+
+
+def _dim_offsets(model: PolyModel, st: ir.Statement, ld: Load, dim: int, depth: int) \
+        -> Optional[tuple[int, int]]:
+    """The range of (index ``dim`` of ``ld``) - (the loop at ``depth``) over the
+    statement's domain (ISL), or None when unbounded."""
+    acc = model.access_map(st, ld).intersect_domain(model.domain(st))
+    n_out = acc.dim(isl.dim_type.out)
+    rows = acc.project_out(isl.dim_type.out, dim + 1, n_out - dim - 1) \
+        .project_out(isl.dim_type.out, 0, dim).reset_tuple_id(isl.dim_type.out)
+    own = model.value_map(st, LoopVar(st.loops[depth].var))
+    return _const_range(own.reverse().apply_range(rows).deltas())
+
+
+def _rows_fused_inside(kernel: ir.Kernel, first: list, second: list, d: int, t: ir.Temp,
+                       row_dim: int, outer_dims: tuple, lag: int, height: int):
+    """The kernel with ``second``'s loop at depth ``d`` run ``lag`` rows behind inside
+    ``first``'s, ``t`` kept as ``height`` rows per iteration of the outer loops."""
+    loop = first[0].loops[d]
+    row = LoopVar(loop.var)
+    fused = Loop(loop.var, loop.lo, _add(loop.hi, _i(lag)) if lag else loop.hi, loop.step)
+    name = _fresh(kernel, f"{t.name}_rows")
+    kept = [k for k in range(len(t.type.shape)) if k not in outer_dims]
+    shape = tuple(_i(height) if k == row_dim else t.type.shape[k] for k in kept)
+    padded = ""
+    if height > 1 and len(shape) >= 2 and kept[-1] != row_dim and not t.type.dtype.packed:
+        pad = ROW_PAD_BYTES // t.type.dtype.np.itemsize
+        shape, padded = shape[:-1] + (_add(shape[-1], _i(pad)),), f", {pad} elements of padding"
+    outer = [lp.var for lp in first[0].loops[:d]]
+    buffer = ir.Temp(name, dataclasses.replace(t.type, shape=shape), zero=False, role="row",
+                     holds=f"rows of {t.name} (row r in slot r mod {height}{padded}), per "
+                           f"iteration of {', '.join(outer)}", chunk=" ".join(outer))
+
+    def to_rows(x):
+        if isinstance(x, Load) and x.array == t.name:
+            index = tuple(Binary("%", x.index[k], _i(height), ir.i64) if k == row_dim
+                          else x.index[k] for k in kept)
+            return Load(name, index, x.dtype)
+        return None
+
+    behind = {loop.var: _sub(row, _i(lag))} if lag else {}
+    width = max(st.position[d + 1] for st in first) + 1
+    prefix = first[0].position[:d + 1]
+    out = {}
+    for st in first:
+        cond = (Condition(_cmp("<", row, loop.hi)),) if lag else ()
+        st = st.map_exprs(to_rows)
+        out[st.name] = dataclasses.replace(
+            st, loops=st.loops[:d] + (fused,) + st.loops[d + 1:],
+            conditions=st.conditions + cond)
+    for st in second:
+        inner = tuple(Loop(lp.var, ir.substitute(lp.lo, behind), ir.substitute(lp.hi, behind),
+                           lp.step) for lp in st.loops[d + 1:]) if lag else st.loops[d + 1:]
+        moved = st.map_exprs(
+            lambda x: behind.get(x.name) if isinstance(x, LoopVar) else None).map_exprs(to_rows)
+        cond = (Condition(_cmp(">=", _sub(row, _i(lag)), loop.lo)),) if lag else ()
+        out[st.name] = dataclasses.replace(
+            moved, loops=st.loops[:d] + (fused,) + inner,
+            position=prefix + (width + st.position[d + 1],) + st.position[d + 2:],
+            conditions=moved.conditions + cond)
+    statements = []
+    for st in kernel.statements:
+        if st.name in out:
+            statements.append(out[st.name])
+        elif st.position[:d] == prefix[:-1] and len(st.position) > d \
+                and st.position[d] > prefix[-1] + 1:  # later siblings: one place earlier
+            statements.append(dataclasses.replace(
+                st, position=st.position[:d] + (st.position[d] - 1,) + st.position[d + 1:]))
+        else:
+            statements.append(st)
+    temps = tuple(buffer if x is t else x for x in kernel.temps)
+    fused_kernel = dataclasses.replace(
+        kernel, statements=tuple(sorted(statements, key=lambda s: s.position)), temps=temps)
+    text = (f"fused the loop {loop.var} of {_owners(second)} into that of {_owners(first)} "
+            f"inside the loops {', '.join(outer)} ({lag} row{'s' * (lag != 1)} behind): "
+            f"{t.name} kept as {height} rows per thread ({name}) instead of "
+            f"{'x'.join(ir.expr_str(e) for e in t.type.shape)} elements")
+    return fused_kernel, text
