@@ -132,6 +132,33 @@ def window_then_rewrite(x: pa.f64[B, M, N], y: pa.Out(pa.f64[B, M, N])):
                 x[b, m, n] = 0.5 * y[b, m, n]
 
 
+@pa.kernel
+def two_rows_ahead(x: pa.f64[B, M, N], y: pa.Out(pa.f64[B, M, N])):
+    # the second loop reads rows m and m + 2: 2 rows behind, 3 rows kept
+    t = pa.empty(pa.f64[B, M, N].clamped)
+    for b in range(B):
+        for m in range(M):
+            for n in range(N):
+                t[b, m, n] = x[b, m, n] * x[b, m, n]
+        for m in range(M):
+            for n in range(N):
+                y[b, m, n] = t[b, m + 2, n] - t[b, m, n]
+
+
+@pa.kernel
+def running_then_window(x: pa.f64[B, M, N], y: pa.Out(pa.f64[B, M, N])):
+    # the first loop reads back the row it wrote a step before (a running sum down the
+    # columns): its own reads keep a row alive too
+    t = pa.empty(pa.f64[B, M, N].clamped)
+    for b in range(B):
+        for m in range(M):
+            for n in range(N):
+                t[b, m, n] = x[b, m, n] + 0.5 * t[b, m - 1, n] if m > 0 else x[b, m, n]
+        for m in range(M):
+            for n in range(N):
+                y[b, m, n] = t[b, m - 1, n] + t[b, m + 1, n]
+
+
 def _rows_inside(kernel, fuse=None):
     sk = compile_kernel(kernel.ir, Options(fuse=fuse)).scheduled
     return sk, [d for d in sk.schedule_decisions if d.startswith("fused the loop ")]
@@ -154,7 +181,18 @@ def test_sibling_row_loops_run_as_one_through_a_rolling_buffer():
     assert _rows_inside(window_then_rewrite)[1] == []
 
 
-@pytest.mark.parametrize("kernel", [scale_then_window, window_then_rewrite])
+def test_rolling_rows_cover_the_window_of_each_loop():
+    """The lag is the second loop's largest read offset, the height every row read after
+    its write: the first loop's own reads included."""
+    assert _rows_inside(two_rows_ahead)[1][0].startswith(
+        "fused the loop m of S1 into that of S0 inside the loops b (2 rows behind): t kept "
+        "as 3 rows per thread")
+    (text,) = _rows_inside(running_then_window)[1]
+    assert "(1 row behind): t kept as 3 rows" in text
+
+
+@pytest.mark.parametrize("kernel", [scale_then_window, window_then_rewrite, two_rows_ahead,
+                                    running_then_window])
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_rolling_rows_match_the_interpreter(kernel, deterministic):
     fn = pa.compile(kernel, deterministic=deterministic)
