@@ -75,6 +75,8 @@ def test_conv_gradient_runs_in_one_nest():
     assert {st.position[:2] for st in gradient + sums} == {sums[0].position[:2]}
     d_x = [st for st in gradient if st.target_name == "d_x"]
     assert all(st.loops[1] == sums[0].loops[1] for st in d_x)
+    # no temporary of the size of the images left for the caller to allocate
+    assert sk.kernel.caller_temps == ()
     # the d_w sums run in the iteration of (b, h) that wrote the rows of d_s they read,
     # in a loop over co right after the one writing them (blocked by 2 output channels:
     # loop_order.block_sums_in_registers)
