@@ -457,8 +457,7 @@ class Split:
     unrolled into the row loop it enclosed, ``schedule.loop_order``; ``first``: the
     instances of an update that reach their element first after its zeroing, written as
     an assignment (index 0), and the rest (index 1), ``schedule.cleanup``; ``block``: the
-    copy for value ``L + index`` of a loop ``L`` blocked into the row loop, or the values
-    left over after the whole blocks (index: the block's width),
+    copy for value ``L + index`` of a loop ``L`` blocked into the row loop,
     ``schedule.loop_order.block_sums_in_registers``)."""
 
     parent: str
@@ -609,12 +608,12 @@ class Temp:
     (the row of per-point sums that one iteration of the loops around a row keeps,
     ``schedule.loop_order``) or ``row`` (a temporary that one iteration of its nest's outer
     loops writes and reads only its own row of, shrunk to that row,
-    ``schedule.fusion.rows_per_iteration``, or the few rows of a temporary that two loops
-    over rows run as one keep inside those outer loops, ``schedule.fusion.fuse_rows_inside``). The generated code declares ``rows``,
-    ``sum row`` and ``row`` buffers itself, one per thread (``per_thread``); callers never
-    pass them, see
-    ``Kernel.caller_temps``. ``holds`` describes its content in DSL terms where the name
-    does not (a tape: the value taped and the statement that reads it). ``chunk``: for
+    ``schedule.fusion.rows_per_iteration``, or the few rows of a temporary that two
+    loops over rows keep once run as one inside those outer loops,
+    ``schedule.fusion.fuse_rows_inside``). The generated code declares ``rows``, ``sum
+    row`` and ``row`` buffers itself, one per thread (``per_thread``); callers never pass
+    them, see ``Kernel.caller_temps``. ``holds`` describes its content in DSL terms where
+    the name does not (a tape: the value taped and the statement that reads it). ``chunk``: for
     ``rows``, the loop variable of the chunk loop whose every iteration has its own copy;
     for a ``sum row`` or a ``row``, the variables (space-separated) of the loops any one
     of whose iterations may have its own copy (``chunk_loops``).

@@ -825,11 +825,11 @@ def _linked_rows(kernel, model, temps, first, second, d):
            if st.name in in_first and ld is not st.target]
     reads = _join([_dim_offsets(pm, st, ld, row_dim, d) for st, ld in accesses
                    if st.name not in in_first])
-    if writes is None or reads is None or (own and (_join(own) is None
-                                                    or _join(own)[1] > writes[0])):
-        return None  # (P reading a row before it writes it: not a window of rows)
+    own_reads = _join(own) if own else (writes[0], writes[0]) if writes else None
+    if writes is None or reads is None or own_reads is None or own_reads[1] > writes[0]:
+        return None  # unbounded, or P reading a row before it writes it
     lag = max(0, reads[1] - writes[0])
-    height = max(lag + writes[1] - reads[0], writes[1] - _join(own)[0] if own else 0) + 1
+    height = max(lag + writes[1] - reads[0], writes[1] - own_reads[0]) + 1
     if height > ROLLING_ROWS:
         return None
     return t, row_dim, outer_dims, lag, height

@@ -414,7 +414,8 @@ class _Planner:
         clause does). Inside an 'omp parallel for' loop, each such array must be one
         that loop does not scatter into, or privatizes (else the threads would race on
         the final update of the element). Not for a loop of border pieces only
-        (``Statement.on_border``).
+        (``Statement.on_border``). Two vectors of lanes per sum, one where the loop sums
+        into more than ``TWO_VECTOR_SUMS`` elements.
         """
         if (below or threads or not facts.scatters or self.deterministic
                 or not facts.parallel or facts.private or facts.reductions):
