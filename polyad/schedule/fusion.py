@@ -72,7 +72,7 @@ from ..ir import Binary, Condition, Const, Load, Loop, LoopVar, ScalarRef
 from ..poly import PolyModel, dependences, maps_of, model_of
 from .distribute import conflicts_across_iterations
 from .gather import iterations_independent_but_sums, only_added_into
-from .nests import common_depth, loop_nests, rows_selected_by_loops
+from .nests import common_depth, inner_loops, loop_nests, rows_selected_by_loops
 
 CHUNK_ROWS = 64
 # A call runs a fused chain when its chunks keep every thread busy for at least this
@@ -769,12 +769,7 @@ def _row_loop_pair(kernel: ir.Kernel, model: Optional[PolyModel]):
     pair of sibling row loops that ``fuse_rows_inside`` fuses, or None."""
     temps = {t.name: t for t in kernel.temps}
     for nest in loop_nests(kernel).values():
-        depth_max = max(len(st.loops) for st in nest)
-        for d in range(1, depth_max - 1):
-            loops_at: dict = {}
-            for st in nest:
-                if len(st.loops) > d:
-                    loops_at.setdefault(st.position[:d + 1], []).append(st)
+        for d, loops_at in inner_loops(nest):
             for key, first in loops_at.items():
                 second = loops_at.get(key[:-1] + (key[-1] + 1,))
                 if not second:

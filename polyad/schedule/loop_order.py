@@ -52,7 +52,7 @@ from ..ir import Binary, Const, Load, LoopVar, ScalarRef, Unary
 from ..poly import model_of
 from .distribute import conflicts_across_iterations, split_loop
 from .gather import iterations_independent_but_sums
-from .nests import loop_nests
+from .nests import inner_loops, loop_nests
 
 # Innermost loops with at most this many iterations (whatever the sizes) are not worth
 # keeping innermost when a loop over a row of the data could be.
@@ -679,12 +679,7 @@ def interchange_for_reuse(kernel: ir.Kernel, model=None) -> tuple[ir.Kernel, dic
 def _loop_pairs(nest: list):
     """(statements below loop ``A``, depth of ``A``) for each loop ``A`` below the nest's
     outermost whose body is one loop ``B``, both ascending, ``B``'s bounds free of ``A``."""
-    depth = max(len(st.loops) for st in nest)
-    for d in range(1, depth - 1):
-        nodes: dict = {}
-        for st in nest:
-            if len(st.loops) > d:
-                nodes.setdefault(st.position[:d + 1], []).append(st)
+    for d, nodes in inner_loops(nest):
         for group in nodes.values():
             a = group[0].loops[d]
             if any(len(st.loops) <= d + 1 or st.loops[d:d + 2] != group[0].loops[d:d + 2]

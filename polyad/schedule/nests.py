@@ -16,6 +16,19 @@ def loop_nests(kernel: ir.Kernel) -> dict[int, list]:
     return nests
 
 
+def inner_loops(nest: list):
+    """(depth, {position of the loop: its statements}) for each depth from 1 (below the
+    nest's outermost loop, which threads share) to the deepest loop that still has a
+    loop inside it: the loops at that depth and what runs in each."""
+    depth = max(len(st.loops) for st in nest)
+    for d in range(1, depth - 1):
+        nodes: dict = {}
+        for st in nest:
+            if len(st.loops) > d:
+                nodes.setdefault(st.position[:d + 1], []).append(st)
+        yield d, nodes
+
+
 def fresh_statement_name(kernel: ir.Kernel, name: str, taken: frozenset = frozenset()) -> str:
     """``name``, or ``name`` with a number appended, used by no statement, parameter or
     temporary of ``kernel`` (statements and arrays share ISL's tuple names) nor in
