@@ -23,7 +23,7 @@ from .cleanup import (assign_first_updates, drop_zero_updates, forward_copies,
 from .distribute import distribute_after_scatters, expand_and_distribute
 from .fusion import (BALANCED, CHUNK_ROWS, UNFUSED_FROM_POINTS, chunk_loop_vars,
                      chunked_extents, fuse_along_shared_loops, fuse_pipelines, fuse_rows_inside,
-                     jam_row_loops, rows_per_iteration)
+                     jam_row_loops, rows_per_iteration, slabs_per_iteration)
 from .gather import ascending_order_free_nests, scatter_to_gather, small_target
 from .split import split_conflicting_instances
 from .tiling import tile_schedule
@@ -453,7 +453,9 @@ def schedule_kernel(kernel: ir.Kernel,
     nest's outer loops run as one through a rolling buffer of the temporary linking them
     (``fusion.fuse_rows_inside``, unless ``fuse`` is False), and sums along a row run for
     several values of an outer loop per pass over the row
-    (``loop_order.block_sums_in_registers``).
+    (``loop_order.block_sums_in_registers``), after which a temporary each iteration of
+    its users' shared loops writes and reads a slab of is kept as that slab
+    (``fusion.slabs_per_iteration``).
     ``tile``: tile nests of three or more loops (``tiling.tile_schedule``) when the
     tiled schedule is legal and as parallel: None with the cache model's sizes, a
     tuple of sizes, False not at all.
@@ -551,6 +553,8 @@ def _schedule_kernel(kernel: ir.Kernel,
                 fusions += inside
             split, blocked = block_sums_in_registers(split, model)
             add_decisions(loop_orders, blocked)
+            split, slabs = slabs_per_iteration(split)
+            fusions += slabs
     with clock.stage("index-set splitting", len(split.statements)):
         split, index_splits = split_conflicting_instances(split, model)
     n = len(split.statements)

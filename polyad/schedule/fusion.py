@@ -935,3 +935,69 @@ def _rows_fused_inside(kernel: ir.Kernel, first: list, second: list, d: int, t: 
             f"{t.name} kept as {height} rows per thread ({name}) instead of "
             f"{'x'.join(ir.expr_str(e) for e in t.type.shape)} elements")
     return fused_kernel, text
+
+
+def slabs_per_iteration(kernel: ir.Kernel) -> tuple[ir.Kernel, list[str]]:
+    """Keep a temporary that each iteration of its users' shared outer loops writes and
+    reads only its own slab of (the elements whose indices those loops fix) as that slab,
+    one per thread.
+
+    Once the conv layer's filter-gradient sums run for two output channels per pass
+    (``loop_order.block_sums_in_registers``), the gradient wrt ``w`` alone runs, per
+    ``b, h``, a loop over ``co`` writing ``d_s_expanded[b, co, h, :]`` and then the
+    blocked loop over ``co`` reading it: one iteration of ``b, h`` writes and reads the
+    ``CO x W`` elements with its own ``b`` and ``h`` (16 KiB at 8 channels of 512
+    floats), while the full ``B x CO x H x W`` temporary went to memory and back. A
+    temporary (not zero-filled: its contents before the nest are never read) every
+    access of which lies in one nest, inside the outer loops all its users share, each
+    of those loops' variables indexing it in one dimension by itself, the same dimension
+    in every access, becomes the slab of its other dimensions: different iterations of
+    those loops touch different elements, so no value passes from one iteration to
+    another through it, and nothing outside the nest reads it. The loop test
+    (``schedule.build``) gives each thread its own slab where a thread runs whole
+    iterations of those loops (``Temp.chunk_loops``). ``rows_per_iteration`` runs first
+    and keeps the case of one row, in the order of the loops. For targets whose threads
+    run whole loops. Returns the kernel and one line per temporary.
+    """
+    decisions = []
+    for t in kernel.temps:
+        if t.per_thread or t.zero or t.type.ndim < 2:
+            continue
+        users = [st for st in kernel.statements if st.accesses(t.name)]
+        if not users or len({st.position[0] for st in users}) != 1 or not users[0].loops:
+            continue
+        c = common_depth(users)
+        outer = [lp.var for lp in users[0].loops[:c]]
+        accesses = [ld for st in users for e in list(st.exprs()) + [st.target]
+                    for ld in ir.loads(e) if ld.array == t.name]
+        places = {tuple(next((k for k, e in enumerate(ld.index)
+                              if isinstance(e, LoopVar) and e.name == v), None) for v in outer)
+                  for ld in accesses}
+        if not outer or len(places) != 1:
+            continue
+        fixed = places.pop()
+        if None in fixed or len(fixed) == t.type.ndim or any(
+                _uses_var(e, v) for ld in accesses for k, e in enumerate(ld.index)
+                if k not in fixed for v in outer):
+            continue
+        kept = [k for k in range(t.type.ndim) if k not in fixed]
+        name = _fresh(kernel, f"{t.name}_slab")
+        slab = ir.Temp(name, ir.ArrayType(t.type.dtype, tuple(t.type.shape[k] for k in kept)),
+                       zero=False, role="row",
+                       holds=f"the elements of {t.name} one iteration of {', '.join(outer)} "
+                             f"writes and reads, per thread", chunk=" ".join(outer))
+
+        def to_slab(e, array=t.name, slab=slab, kept=kept):
+            if isinstance(e, Load) and e.array == array:
+                return Load(slab.name, tuple(e.index[k] for k in kept), e.dtype)
+            return None
+
+        named = {st.name for st in users}
+        statements = tuple(st.map_exprs(to_slab) if st.name in named else st
+                           for st in kernel.statements)
+        temps = tuple(slab if x is t else x for x in kernel.temps)
+        kernel = dataclasses.replace(kernel, statements=statements, temps=temps)
+        decisions.append(f"{t.name} kept as {'x'.join(ir.expr_str(e) for e in slab.type.shape)}"
+                         f" elements per thread ({name}): each iteration of "
+                         f"{', '.join(outer)} writes and reads only its own of them")
+    return kernel, decisions
