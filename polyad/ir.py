@@ -610,7 +610,9 @@ class Temp:
     loops writes and reads only its own row of, shrunk to that row,
     ``schedule.fusion.rows_per_iteration``, or the few rows of a temporary that two
     loops over rows keep once run as one inside those outer loops,
-    ``schedule.fusion.fuse_rows_inside``). The generated code declares ``rows``, ``sum
+    ``schedule.fusion.fuse_rows_inside``, or the slab of it one iteration of its users'
+    shared loops writes and reads, ``schedule.fusion.slabs_per_iteration``). The
+    generated code declares ``rows``, ``sum
     row`` and ``row`` buffers itself, one per thread (``per_thread``); callers never pass
     them, see ``Kernel.caller_temps``. ``holds`` describes its content in DSL terms where
     the name does not (a tape: the value taped and the statement that reads it). ``chunk``: for
