@@ -612,11 +612,11 @@ class Temp:
     loops over rows keep once run as one inside those outer loops,
     ``schedule.fusion.fuse_rows_inside``, or the slab of it one iteration of its users'
     shared loops writes and reads, ``schedule.fusion.slabs_per_iteration``). The
-    generated code declares ``rows``, ``sum
-    row`` and ``row`` buffers itself, one per thread (``per_thread``); callers never pass
-    them, see ``Kernel.caller_temps``. ``holds`` describes its content in DSL terms where
-    the name does not (a tape: the value taped and the statement that reads it). ``chunk``: for
-    ``rows``, the loop variable of the chunk loop whose every iteration has its own copy;
+    generated code declares ``rows``, ``sum row`` and ``row`` buffers itself, one per
+    thread (``per_thread``); callers never pass them, see ``Kernel.caller_temps``.
+    ``holds`` describes its content in DSL terms where the name does not (a tape: the
+    value taped and the statement that reads it). ``chunk``: for ``rows``, the loop
+    variable of the chunk loop whose every iteration has its own copy;
     for a ``sum row`` or a ``row``, the variables (space-separated) of the loops any one
     of whose iterations may have its own copy (``chunk_loops``).
     """
