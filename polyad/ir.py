@@ -269,6 +269,11 @@ def walk(expr: Expr) -> Iterator[Expr]:
         yield from walk(k)
 
 
+def uses_loop_vars(expr: Expr, names) -> bool:
+    """Does ``expr`` read any of the loop variables ``names``?"""
+    return any(isinstance(x, LoopVar) and x.name in names for x in walk(expr))
+
+
 def loads(expr: Expr) -> list[Load]:
     """Every array read in ``expr`` (outermost first)."""
     return [e for e in walk(expr) if isinstance(e, Load)]

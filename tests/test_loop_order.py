@@ -81,6 +81,22 @@ def prefix_rows(x: pa.f64[M, N], out: pa.Out(pa.f64[M, N])):
                 out[m, n] += out[m, n - 1] * 0.5 + x[m, n] * float(k)
 
 
+def conv_gradient_matches_interpreter(grad, fn, seed, shapes):
+    """Assert that ``fn`` (``grad``, a gradient of a conv cost, compiled) gives the
+    interpreter's outputs for random inputs at each ``(B, CI, CO, H, W)`` of ``shapes``."""
+    rng = np.random.default_rng(seed)
+    outputs = [p.name for p in grad.ir.params if p.intent == "out"]
+    for b, ci, co, h, w in shapes:
+        x = rng.standard_normal((b, ci, h, w))
+        wt = rng.standard_normal((co, ci, 3, 3))
+        y = rng.standard_normal((b, co, h, w))
+        got = fn(x, wt, y)
+        _, want = interpret(grad.ir, dict(x=x.copy(), w=wt.copy(), y=y),
+                            dict(B=b, CI=ci, CO=co, H=h, W=w))
+        for name, value in zip(outputs, got if isinstance(got, tuple) else (got,)):
+            np.testing.assert_allclose(value, want[name], rtol=1e-12, atol=1e-12)
+
+
 def _scheduled(kernel, deterministic=False):
     return compile_kernel(kernel.ir, Options(deterministic=deterministic)).scheduled
 
@@ -153,18 +169,9 @@ def test_filter_gradient_sums_along_the_row_in_lanes(kernel, lanes):
 @pytest.mark.parametrize("deterministic", [False, True])
 def test_reordered_conv_gradient_matches_the_interpreter(deterministic):
     grad = pa.grad(conv_cost, wrt=["w", "x"])
-    fn = pa.compile(grad, deterministic=deterministic)
-    rng = np.random.default_rng(11)
-    for b, ci, co, h, w in [(1, 1, 1, 1, 1), (1, 2, 3, 4, 16), (1, 1, 2, 3, 17),
-                            (2, 3, 2, 5, 37), (1, 2, 2, 2, 50)]:
-        x = rng.standard_normal((b, ci, h, w))
-        wt = rng.standard_normal((co, ci, 3, 3))
-        y = rng.standard_normal((b, co, h, w))
-        dw, dx = fn(x, wt, y)
-        _, want = interpret(grad.ir, dict(x=x.copy(), w=wt.copy(), y=y),
-                            dict(B=b, CI=ci, CO=co, H=h, W=w))
-        np.testing.assert_allclose(dw, want["d_w"], rtol=1e-12, atol=1e-12)
-        np.testing.assert_allclose(dx, want["d_x"], rtol=1e-12, atol=1e-12)
+    conv_gradient_matches_interpreter(
+        grad, pa.compile(grad, deterministic=deterministic), 11,
+        [(1, 1, 1, 1, 1), (1, 2, 3, 4, 16), (1, 1, 2, 3, 17), (2, 3, 2, 5, 37), (1, 2, 2, 2, 50)])
 
 
 def test_order_free_rule_on_small_kernels():
@@ -538,15 +545,8 @@ def test_input_gradient_alone_gets_the_pixel_row_innermost(deterministic):
     assert producers and all(st.position[0] == zeroing.position[0] for st in producers)
     assert "runs along the loop v before the updates of the elements it sets" \
         in pa.explain(grad)
-    fn = pa.compile(grad, deterministic=deterministic)
-    rng = np.random.default_rng(14)
-    for b, ci, co, h, w in [(1, 1, 1, 1, 1), (1, 2, 3, 4, 16), (2, 3, 2, 5, 37)]:
-        x = rng.standard_normal((b, ci, h, w))
-        wt = rng.standard_normal((co, ci, 3, 3))
-        y = rng.standard_normal((b, co, h, w))
-        _, want = interpret(grad.ir, dict(x=x.copy(), w=wt.copy(), y=y),
-                            dict(B=b, CI=ci, CO=co, H=h, W=w))
-        np.testing.assert_allclose(fn(x, wt, y), want["d_x"], rtol=1e-12, atol=1e-12)
+    conv_gradient_matches_interpreter(grad, pa.compile(grad, deterministic=deterministic), 14,
+                                      [(1, 1, 1, 1, 1), (1, 2, 3, 4, 16), (2, 3, 2, 5, 37)])
 
 
 C, K = pa.sizes("C K")
@@ -657,3 +657,36 @@ def test_a_blocked_loop_keeps_its_sums_in_registers():
     src = grad.source
     assert "for (int64_t co = 0; co < (CO - 1); co += 2) {" in src
     assert "d_w[(((co + 1) * CI + ci) * 3 + 2) * 3 + 2] += d_w_lanes18[0];" in src
+
+
+@pytest.mark.parametrize("wrt", [["w", "x"], ["x"], ["w"]])
+def test_blocked_rolled_and_slabbed_conv_gradients_match_finite_differences(wrt):
+    """The conv gradients as scheduled now (filter sums blocked over 2 output channels,
+    the d_x gather a row behind through 3 rows of d_s, or d_s as a slab per (b, h))
+    against central differences of the compiled cost (the primal's C, none of those
+    passes): every element of w, and x along random directions. CO = 3 (a whole block
+    and a peeled one), W = 19 (a whole block of 8 lanes in the interior), H = 4."""
+    rng = np.random.default_rng(17)
+    b, ci, co, h, w = 1, 2, 3, 4, 19
+    args = dict(x=rng.standard_normal((b, ci, h, w)), w=rng.standard_normal((co, ci, 3, 3)),
+                y=rng.standard_normal((b, co, h, w)))
+    cost = pa.compile(conv_cost)
+    got = pa.grad(conv_cost, wrt=wrt)(**args)
+    got = dict(zip(wrt, got if isinstance(got, tuple) else (got,)))
+    eps = 1e-6
+
+    def along(name, d):
+        plus, minus = dict(args), dict(args)
+        plus[name], minus[name] = args[name] + eps * d, args[name] - eps * d
+        return (cost(**plus) - cost(**minus)) / (2 * eps)
+
+    if "w" in got:
+        for idx in np.ndindex(args["w"].shape):
+            unit = np.zeros(args["w"].shape)
+            unit[idx] = 1.0
+            np.testing.assert_allclose(got["w"][idx], along("w", unit), rtol=1e-6, atol=1e-6)
+    if "x" in got:
+        for _ in range(4):
+            d = rng.standard_normal(args["x"].shape)
+            np.testing.assert_allclose(np.vdot(got["x"], d), along("x", d), rtol=1e-6,
+                                       atol=1e-6)

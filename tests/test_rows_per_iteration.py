@@ -228,7 +228,7 @@ def test_a_slab_per_iteration_of_the_shared_loops(deterministic):
     filter sums run blocked over two output channels, each iteration of b, h writes and
     reads only the CO x W elements of d_s with its b and h: kept as that slab per
     thread, none left for the caller. Values against the interpreter, CO odd and even."""
-    from test_loop_order import conv_cost
+    from test_loop_order import conv_cost, conv_gradient_matches_interpreter
     grad = pa.grad(conv_cost, wrt="w")
     sk = _scheduled(grad, deterministic=deterministic)
     assert ("d_s_expanded kept as COxW elements per thread (d_s_expanded_slab): each "
@@ -236,13 +236,6 @@ def test_a_slab_per_iteration_of_the_shared_loops(deterministic):
     (slab,) = [t for t in sk.kernel.temps if t.name == "d_s_expanded_slab"]
     assert slab.per_thread and slab.chunk_loops == ("b", "h")
     assert sk.kernel.caller_temps == ()
-    fn = pa.compile(grad, deterministic=deterministic)
-    rng = np.random.default_rng(5)
-    for b, ci, co, h, w in [(1, 1, 1, 1, 1), (1, 2, 3, 4, 16), (2, 1, 2, 3, 17),
-                            (2, 3, 5, 5, 37)]:
-        x = rng.standard_normal((b, ci, h, w))
-        wt = rng.standard_normal((co, ci, 3, 3))
-        y = rng.standard_normal((b, co, h, w))
-        _, want = interpret(grad.ir, dict(x=x.copy(), w=wt.copy(), y=y),
-                            dict(B=b, CI=ci, CO=co, H=h, W=w))
-        np.testing.assert_allclose(fn(x, wt, y), want["d_w"], rtol=1e-12, atol=1e-12)
+    conv_gradient_matches_interpreter(
+        grad, pa.compile(grad, deterministic=deterministic), 5,
+        [(1, 1, 1, 1, 1), (1, 2, 3, 4, 16), (2, 1, 2, 3, 17), (2, 3, 5, 5, 37)])

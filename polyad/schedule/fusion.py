@@ -248,13 +248,17 @@ def _join(ranges: list) -> Optional[tuple[int, int]]:
     return min(r[0] for r in ranges), max(r[1] for r in ranges)
 
 
-def _row_offsets(model: PolyModel, st: ir.Statement, ld: Load) -> Optional[tuple[int, int]]:
-    """The range of (row of ``ld``) - (outer iterator) over the statement's domain (ISL)."""
+def _row_offsets(model: PolyModel, st: ir.Statement, ld: Load, dim: int = 0,
+                 depth: int = 0) -> Optional[tuple[int, int]]:
+    """The range of (index ``dim`` of ``ld``) - (the loop at ``depth``) over the statement's
+    domain (ISL), or None when unbounded: by default, the row of ``ld`` relative to the
+    outer iterator."""
     acc = model.access_map(st, ld).intersect_domain(model.domain(st))
     n_out = acc.dim(isl.dim_type.out)
-    rows = acc.project_out(isl.dim_type.out, 1, n_out - 1).reset_tuple_id(isl.dim_type.out)
-    outer = _outer_map(model, st)
-    return _const_range(outer.reverse().apply_range(rows).deltas())
+    rows = acc.project_out(isl.dim_type.out, dim + 1, n_out - dim - 1) \
+        .project_out(isl.dim_type.out, 0, dim).reset_tuple_id(isl.dim_type.out)
+    own = model.value_map(st, LoopVar(st.loops[depth].var))
+    return _const_range(own.reverse().apply_range(rows).deltas())
 
 
 def _outer_map(model: PolyModel, st: ir.Statement) -> isl.Map:
@@ -682,36 +686,61 @@ def rows_per_iteration(kernel: ir.Kernel) -> tuple[ir.Kernel, list[str]]:
     decisions = []
     nests = loop_nests(kernel)
     for t in kernel.temps:
-        if t.per_thread or t.zero or t.type.ndim < 2:
-            continue
-        users = [st for st in kernel.statements if st.accesses(t.name)]
-        if not users or len({st.position[0] for st in users}) != 1 or not users[0].loops:
+        users = _users_in_one_nest(kernel, t)
+        if users is None:
             continue
         nest = nests[users[0].position[0]]
         c = t.type.ndim - 1  # one row: a slab of rows per thread would not stay in cache
         if common_depth(nest) < c or not rows_selected_by_loops(users, t.name, c):
             continue
-        outer = nest[0].loops[:c]
-        name = _fresh(kernel, f"{t.name}_row")
-        row = ir.Temp(name, ir.ArrayType(t.type.dtype, t.type.shape[c:]), zero=False,
-                      role="row", holds=f"the row of {t.name} one iteration of "
-                      f"{', '.join(lp.var for lp in outer)} writes and reads, per thread",
-                      chunk=" ".join(lp.var for lp in outer))
-
-        def to_row(e, array=t.name, row=row, c=c):
-            if isinstance(e, Load) and e.array == array:
-                return Load(row.name, e.index[c:], e.dtype)
-            return None
-
-        named = {st.name for st in users}
-        statements = tuple(st.map_exprs(to_row) if st.name in named else st
-                           for st in kernel.statements)
-        temps = tuple(row if x is t else x for x in kernel.temps)
-        kernel = dataclasses.replace(kernel, statements=statements, temps=temps)
+        outer = [lp.var for lp in nest[0].loops[:c]]
+        kernel, name = _kept_per_iteration(kernel, t, users, outer, range(c, t.type.ndim),
+                                           "row", f"the row of {t.name}")
         decisions.append(f"{t.name} kept as one row per thread ({name}): each iteration of "
-                         f"{', '.join(lp.var for lp in outer)} writes and reads only its own "
-                         f"row of it")
+                         f"{', '.join(outer)} writes and reads only its own row of it")
     return kernel, decisions
+
+
+def _accesses_of(st: ir.Statement, array: str) -> list:
+    """The loads of ``array`` in ``st``, its target among them when it writes ``array``."""
+    return [ld for e in list(st.exprs()) + [st.target] for ld in ir.loads(e)
+            if ld.array == array]
+
+
+def _users_in_one_nest(kernel: ir.Kernel, t: ir.Temp) -> Optional[list]:
+    """The statements accessing temporary ``t``, when it may be kept per iteration of
+    loops around them: not zero-filled, not a buffer already, of two dimensions or more,
+    accessed inside loops of one nest only; else None."""
+    if t.per_thread or t.zero or t.type.ndim < 2:
+        return None
+    users = [st for st in kernel.statements if st.accesses(t.name)]
+    if not users or len({st.position[0] for st in users}) != 1 or not users[0].loops:
+        return None
+    return users
+
+
+def _kept_per_iteration(kernel: ir.Kernel, t: ir.Temp, users: list, outer: list, kept,
+                        suffix: str, what: str) -> tuple[ir.Kernel, str]:
+    """``kernel`` with ``t`` replaced, in its ``users``, by a per-thread buffer (``row``
+    role, one per iteration of the loops ``outer``) of its dimensions ``kept``, and the
+    buffer's name; ``what`` says in DSL terms what one iteration keeps in it."""
+    kept = list(kept)
+    name = _fresh(kernel, f"{t.name}_{suffix}")
+    buffer = ir.Temp(name, ir.ArrayType(t.type.dtype, tuple(t.type.shape[k] for k in kept)),
+                     zero=False, role="row", chunk=" ".join(outer),
+                     holds=f"{what} one iteration of {', '.join(outer)} writes and reads, "
+                           f"per thread")
+
+    def to_buffer(e):
+        if isinstance(e, Load) and e.array == t.name:
+            return Load(name, tuple(e.index[k] for k in kept), e.dtype)
+        return None
+
+    named = {st.name for st in users}
+    statements = tuple(st.map_exprs(to_buffer) if st.name in named else st
+                       for st in kernel.statements)
+    temps = tuple(buffer if x is t else x for x in kernel.temps)
+    return dataclasses.replace(kernel, statements=statements, temps=temps), name
 
 
 def fuse_rows_inside(kernel: ir.Kernel, model: Optional[PolyModel] = None) \
@@ -780,7 +809,8 @@ def _row_loop_pair(kernel: ir.Kernel, model: Optional[PolyModel]):
     return None
 
 
-def _linked_rows(kernel, model, temps, first, second, d):
+def _linked_rows(kernel: ir.Kernel, model: Optional[PolyModel], temps: dict, first: list,
+                 second: list, d: int):
     """(temporary, row dimension, outer dimensions, lag, height) when the loops at depth
     ``d`` of ``first`` (P) and ``second`` (Q) may run as one (``fuse_rows_inside``)."""
     loop = first[0].loops[d]
@@ -806,19 +836,18 @@ def _linked_rows(kernel, model, temps, first, second, d):
                 for st in first):
         return None
     outer_vars = [lp.var for lp in outer]
-    accesses = [(st, ld) for st in first + second for e in list(st.exprs()) + [st.target]
-                for ld in ir.loads(e) if ld.array == v]
+    accesses = [(st, ld) for st in first + second for ld in _accesses_of(st, v)]
     dims = _row_dims(accesses, outer_vars, loop.var)
     if dims is None:
         return None
     row_dim, outer_dims = dims
     pm = model_of(kernel, model)
     in_first = {st.name for st in first}
-    writes = _join([_dim_offsets(pm, st, st.target, row_dim, d) for st in first
+    writes = _join([_row_offsets(pm, st, st.target, row_dim, d) for st in first
                     if isinstance(st.target, Load) and st.target.array == v])
-    own = [_dim_offsets(pm, st, ld, row_dim, d) for st, ld in accesses
+    own = [_row_offsets(pm, st, ld, row_dim, d) for st, ld in accesses
            if st.name in in_first and ld is not st.target]
-    reads = _join([_dim_offsets(pm, st, ld, row_dim, d) for st, ld in accesses
+    reads = _join([_row_offsets(pm, st, ld, row_dim, d) for st, ld in accesses
                    if st.name not in in_first])
     own_reads = _join(own) if own else (writes[0], writes[0]) if writes else None
     if writes is None or reads is None or own_reads is None or own_reads[1] > writes[0]:
@@ -840,12 +869,12 @@ def _row_dims(accesses: list, outer_vars: list, row: str):
     for _, ld in accesses:
         places = []
         for k, e in enumerate(ld.index):
-            used = [x for x in outer_vars if _uses_var(e, x)]
+            used = [x for x in outer_vars if ir.uses_loop_vars(e, {x})]
             if used:
                 if len(used) > 1 or not (isinstance(e, LoopVar) and e.name == used[0]):
                     return None
                 places.append((k, e.name))
-            elif _uses_var(e, row):
+            elif ir.uses_loop_vars(e, {row}):
                 row_dims.add(k)
         if sorted(x for _, x in places) != sorted(outer_vars):
             return None
@@ -853,22 +882,6 @@ def _row_dims(accesses: list, outer_vars: list, row: str):
     if len(outer_places) != 1 or len(row_dims) != 1:
         return None
     return row_dims.pop(), tuple(k for k, _ in outer_places.pop())
-
-
-def _uses_var(e: ir.Expr, var: str) -> bool:
-    return any(isinstance(x, LoopVar) and x.name == var for x in ir.walk(e))
-
-
-def _dim_offsets(model: PolyModel, st: ir.Statement, ld: Load, dim: int, depth: int) \
-        -> Optional[tuple[int, int]]:
-    """The range of (index ``dim`` of ``ld``) - (the loop at ``depth``) over the
-    statement's domain (ISL), or None when unbounded."""
-    acc = model.access_map(st, ld).intersect_domain(model.domain(st))
-    n_out = acc.dim(isl.dim_type.out)
-    rows = acc.project_out(isl.dim_type.out, dim + 1, n_out - dim - 1) \
-        .project_out(isl.dim_type.out, 0, dim).reset_tuple_id(isl.dim_type.out)
-    own = model.value_map(st, LoopVar(st.loops[depth].var))
-    return _const_range(own.reverse().apply_range(rows).deltas())
 
 
 def _rows_fused_inside(kernel: ir.Kernel, first: list, second: list, d: int, t: ir.Temp,
@@ -961,15 +974,12 @@ def slabs_per_iteration(kernel: ir.Kernel) -> tuple[ir.Kernel, list[str]]:
     """
     decisions = []
     for t in kernel.temps:
-        if t.per_thread or t.zero or t.type.ndim < 2:
-            continue
-        users = [st for st in kernel.statements if st.accesses(t.name)]
-        if not users or len({st.position[0] for st in users}) != 1 or not users[0].loops:
+        users = _users_in_one_nest(kernel, t)
+        if users is None:
             continue
         c = common_depth(users)
         outer = [lp.var for lp in users[0].loops[:c]]
-        accesses = [ld for st in users for e in list(st.exprs()) + [st.target]
-                    for ld in ir.loads(e) if ld.array == t.name]
+        accesses = [ld for st in users for ld in _accesses_of(st, t.name)]
         places = {tuple(next((k for k, e in enumerate(ld.index)
                               if isinstance(e, LoopVar) and e.name == v), None) for v in outer)
                   for ld in accesses}
@@ -977,27 +987,14 @@ def slabs_per_iteration(kernel: ir.Kernel) -> tuple[ir.Kernel, list[str]]:
             continue
         fixed = places.pop()
         if None in fixed or len(fixed) == t.type.ndim or any(
-                _uses_var(e, v) for ld in accesses for k, e in enumerate(ld.index)
-                if k not in fixed for v in outer):
+                ir.uses_loop_vars(e, outer) for ld in accesses
+                for k, e in enumerate(ld.index) if k not in fixed):
             continue
         kept = [k for k in range(t.type.ndim) if k not in fixed]
-        name = _fresh(kernel, f"{t.name}_slab")
-        slab = ir.Temp(name, ir.ArrayType(t.type.dtype, tuple(t.type.shape[k] for k in kept)),
-                       zero=False, role="row",
-                       holds=f"the elements of {t.name} one iteration of {', '.join(outer)} "
-                             f"writes and reads, per thread", chunk=" ".join(outer))
-
-        def to_slab(e, array=t.name, slab=slab, kept=kept):
-            if isinstance(e, Load) and e.array == array:
-                return Load(slab.name, tuple(e.index[k] for k in kept), e.dtype)
-            return None
-
-        named = {st.name for st in users}
-        statements = tuple(st.map_exprs(to_slab) if st.name in named else st
-                           for st in kernel.statements)
-        temps = tuple(slab if x is t else x for x in kernel.temps)
-        kernel = dataclasses.replace(kernel, statements=statements, temps=temps)
-        decisions.append(f"{t.name} kept as {'x'.join(ir.expr_str(e) for e in slab.type.shape)}"
-                         f" elements per thread ({name}): each iteration of "
-                         f"{', '.join(outer)} writes and reads only its own of them")
+        kernel, name = _kept_per_iteration(kernel, t, users, outer, kept, "slab",
+                                           f"the elements of {t.name}")
+        shape = "x".join(ir.expr_str(t.type.shape[k]) for k in kept)
+        decisions.append(f"{t.name} kept as {shape} elements per thread ({name}): each "
+                         f"iteration of {', '.join(outer)} writes and reads only its own of "
+                         f"them")
     return kernel, decisions

@@ -48,11 +48,11 @@ from __future__ import annotations
 import dataclasses
 
 from .. import ir
-from ..ir import Binary, Const, Load, LoopVar, ScalarRef, Unary
+from ..ir import Binary, Const, Load, LoopVar, ScalarRef, Unary, uses_loop_vars
 from ..poly import model_of
 from .distribute import conflicts_across_iterations, split_loop
 from .gather import iterations_independent_but_sums
-from .nests import inner_loops, loop_nests
+from .nests import fresh_statement_name, inner_loops, loop_nests
 
 # Innermost loops with at most this many iterations (whatever the sizes) are not worth
 # keeping innermost when a loop over a row of the data could be.
@@ -220,8 +220,8 @@ def _reordered(st: ir.Statement):
     lp = st.loops[k]
     passed = st.loops[k + 1:]
     passed_vars = {p.var for p in passed}
-    if any(_uses(b, passed_vars) for b in (lp.lo, lp.hi)) or \
-            any(_uses(b, {unit}) for p in passed for b in (p.lo, p.hi)):
+    if any(uses_loop_vars(b, passed_vars) for b in (lp.lo, lp.hi)) or \
+            any(uses_loop_vars(b, {unit}) for p in passed for b in (p.lo, p.hi)):
         return None, ""
     loops = st.loops[:k] + passed + (lp,)
     small = [p.var for p in passed if _trip(p) is not None and _trip(p) <= SMALL_TRIP]
@@ -257,7 +257,7 @@ def _unit_var(ld: Load, candidates: set):
         return None
     last = ld.index[-1]
     for v in sorted(candidates):
-        if _plain_term(last, v) and not any(_uses(e, {v}) for e in ld.index[:-1]):
+        if _plain_term(last, v) and not any(uses_loop_vars(e, {v}) for e in ld.index[:-1]):
             return v
     return None
 
@@ -267,7 +267,7 @@ def _plain_term(e: ir.Expr, var: str, sign: int = 1) -> bool:
     if isinstance(e, LoopVar):
         return e.name == var and sign == 1
     if isinstance(e, Binary) and e.op in ("+", "-"):
-        a, b = _uses(e.a, {var}), _uses(e.b, {var})
+        a, b = uses_loop_vars(e.a, {var}), uses_loop_vars(e.b, {var})
         if a and b:
             return False
         if a:
@@ -278,10 +278,6 @@ def _plain_term(e: ir.Expr, var: str, sign: int = 1) -> bool:
     if isinstance(e, Unary) and e.op == "neg":
         return _plain_term(e.a, var, -sign)
     return False
-
-
-def _uses(e: ir.Expr, names: set) -> bool:
-    return any(isinstance(x, LoopVar) and x.name in names for x in ir.walk(e))
 
 
 def _apply(kernel: ir.Kernel, new_order: dict) -> ir.Kernel:
@@ -386,7 +382,8 @@ def _jammable_group(kernel: ir.Kernel):
         small, row = st.loops[k], st.loops[k + 1]
         trip = _trip(small)
         if trip is None or trip < 2 or _trip(row) is not None or small.step <= 0 \
-                or _uses(row.lo, {small.var}) or _uses(row.hi, {small.var}):
+                or uses_loop_vars(row.lo, {small.var}) \
+                or uses_loop_vars(row.hi, {small.var}):
             continue
         group = [s for s in kernel.statements if len(s.loops) > k
                  and s.loops[:k + 1] == key[1] and s.position[:k + 1] == key[0]]
@@ -401,7 +398,7 @@ def _jammable_group(kernel: ir.Kernel):
 
 def _uses_one_of(target: Load, a: str, b: str) -> bool:
     """Does the index of ``target`` use exactly one of the loop variables ``a``, ``b``?"""
-    return sum(any(_uses(e, {v}) for e in target.index) for v in (a, b)) == 1
+    return sum(any(uses_loop_vars(e, {v}) for e in target.index) for v in (a, b)) == 1
 
 
 def _jam(kernel: ir.Kernel, group: list) -> tuple[ir.Kernel, str]:
@@ -567,7 +564,7 @@ def _row_split(nest: list, c: int, result):
         trip = _trip(st.loops[-1])
         if trip is None or trip > SMALL_TRIP:
             return None
-        if any(_uses(b, {u.var}) for lp in st.loops[c:] for b in (lp.lo, lp.hi)):
+        if any(uses_loop_vars(b, {u.var}) for lp in st.loops[c:] for b in (lp.lo, lp.hi)):
             return None
     before = [st for st in nest if len(st.loops) == c and st.position[c] < slot]
     after = [st for st in nest if len(st.loops) == c and st.position[c] > slot]
@@ -686,8 +683,8 @@ def _loop_pairs(nest: list):
                    or st.position[d + 1] != group[0].position[d + 1] for st in group):
                 continue
             b = group[0].loops[d + 1]
-            if a.step > 0 and b.step > 0 and not _uses(b.lo, {a.var}) \
-                    and not _uses(b.hi, {a.var}):
+            if a.step > 0 and b.step > 0 and not uses_loop_vars(b.lo, {a.var}) \
+                    and not uses_loop_vars(b.hi, {a.var}):
                 yield group, d
 
 
@@ -701,9 +698,9 @@ def _reuse_gain(group: list, d: int, own: set) -> tuple[int, list]:
         accesses = list(dict.fromkeys(st.reads() + ([st.target] if isinstance(st.target, Load)
                                                     else [])))
         for ld in accesses:
-            if ld.array in own or not ld.index or not _uses(ld.index[-1], below):
+            if ld.array in own or not ld.index or not uses_loop_vars(ld.index[-1], below):
                 continue
-            uses_a, uses_b = (any(_uses(e, {v}) for e in ld.index) for v in (a, b))
+            uses_a, uses_b = (any(uses_loop_vars(e, {v}) for e in ld.index) for v in (a, b))
             if uses_b and not uses_a:
                 gain += 1
                 rows.append(ir.expr_str(ld))
@@ -720,7 +717,7 @@ def _order_of_sums_kept(group: list, a: str, b: str) -> bool:
     for st in group:
         if st.op in ("+=", "-=") and st.target_name not in read:
             if isinstance(st.target, Load) and \
-                    not any(_uses(e, {a, b}) for e in st.target.index):
+                    not any(uses_loop_vars(e, {a, b}) for e in st.target.index):
                 return False
     return True
 
@@ -752,8 +749,9 @@ def block_sums_in_registers(kernel: ir.Kernel, model=None) -> tuple[ir.Kernel, d
     nest with the forward's recompute) reads::
 
         for b, h:  for co:  ...; d_s[b, co, h, v] = ...      (the rest of co's body)
-                            for ci:  for v:  d_w[co, ci, 0, 0] += d_s[b, co, h, v] * x[b, ci, h - 1, v - 1]
-                                             ... (9 taps: 9 sums along v)
+                            for ci:  for v:
+                                d_w[co, ci, 0, 0] += d_s[b, co, h, v] * x[b, ci, h - 1, v - 1]
+                                ... (9 taps: 9 sums along v)
 
     Every pass over ``v`` loads 9 values of ``x`` and one of ``d_s`` for 9 multiply-adds,
     and the next ``co`` loads the same 9 values of ``x`` again. Here the sums leave
@@ -863,7 +861,8 @@ def _sums_along_row(kernel: ir.Kernel, group: list) -> bool:
         return False
     params = {p.name for p in kernel.params if p.is_array}
     return all(st.guard is None and st.target.array in params
-               and not any(_uses(e, {row.var}) for e in st.target.index) for st in group)
+               and not any(uses_loop_vars(e, {row.var}) for e in st.target.index)
+               for st in group)
 
 
 def _blockable_sums(group: list, depth: int):
@@ -872,15 +871,16 @@ def _blockable_sums(group: list, depth: int):
     first = group[0]
     lp = first.loops[depth]
     inner = {p.var for p in first.loops[depth + 1:]}
-    if lp.step != 1 or any(_uses(b, inner) for b in (lp.lo, lp.hi)) or \
-            any(_uses(b, {lp.var}) for p in first.loops[depth + 1:] for b in (p.lo, p.hi)):
+    if lp.step != 1 or any(uses_loop_vars(b, inner) for b in (lp.lo, lp.hi)) or \
+            any(uses_loop_vars(b, {lp.var})
+                for p in first.loops[depth + 1:] for b in (p.lo, p.hi)):
         return None
     for st in group:
-        dims = [e for e in st.target.index if _uses(e, {lp.var})]
+        dims = [e for e in st.target.index if uses_loop_vars(e, {lp.var})]
         if len(dims) != 1 or not _plain_term(dims[0], lp.var):
             return None
     reads = list(dict.fromkeys(ld for st in group for ld in ir.loads(st.expr)))
-    shared = sum(1 for ld in reads if not _uses(ld, {lp.var}))
+    shared = sum(1 for ld in reads if not uses_loop_vars(ld, {lp.var}))
     return shared if shared > len(reads) - shared else None
 
 
@@ -894,12 +894,11 @@ def _blocked(kernel: ir.Kernel, group: list, depth: int, width: int) -> tuple[ir
     loops = group[0].loops[:depth] + (dataclasses.replace(lp, step=width),) \
         + group[0].loops[depth + 1:]
     slots = max(s.position[-1] for s in group) + 1
-    names = {s.name for s in kernel.statements}
+    taken: set = set()
 
     def fresh(name):
-        while name in names:
-            name = "_" + name
-        names.add(name)
+        name = fresh_statement_name(kernel, name, frozenset(taken))
+        taken.add(name)
         return name
 
     copies = []
@@ -924,7 +923,7 @@ def _blocked(kernel: ir.Kernel, group: list, depth: int, width: int) -> tuple[ir
     out = [st for st in kernel.statements if st.name not in members]
     out = sorted(out + copies, key=lambda s: s.position)
     shared = ", ".join(dict.fromkeys(ir.expr_str(ld) for s in group for ld in ir.loads(s.expr)
-                                     if not _uses(ld, {lp.var})))
+                                     if not uses_loop_vars(ld, {lp.var})))
     text = (f"loop {lp.var} blocked by {width} into the loop {group[0].loops[-1].var} "
             f"({width} values of {lp.var} per pass over the row, each read of {shared} used "
             f"{width} times from a register; the copies for values past the loop's end "
