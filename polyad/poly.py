@@ -829,8 +829,22 @@ def same_element(sources: isl.UnionMap, sinks: isl.UnionMap) -> isl.UnionMap:
 
 
 def _in_order(pairs: isl.UnionMap, sched: isl.UnionMap) -> isl.UnionMap:
-    """The pairs of ``pairs`` whose first instance ``sched`` runs first."""
-    return pairs.intersect(sched.lex_lt_union_map(sched)).coalesce()
+    """The pairs of ``pairs`` whose first instance ``sched`` runs first.
+
+    Statement pair by statement pair, for the pairs that access one element at all: the
+    order relation of the whole schedule has a map for every pair of statements (the
+    blocked copies of a conv layer's row sums, 60 statements, spent 8.8 s building it,
+    most of it for copies that never touch one another's elements)."""
+    by_statement: dict[str, isl.Map] = {}
+    sched.foreach_map(lambda m: by_statement.__setitem__(m.get_tuple_name(isl.dim_type.in_), m))
+    out = isl.UnionMap.empty(pairs.get_space())
+    for m in maps_of(pairs):
+        if m.is_empty():
+            continue
+        first = by_statement[m.get_tuple_name(isl.dim_type.in_)]
+        then = by_statement[m.get_tuple_name(isl.dim_type.out)]
+        out = out.union(m.intersect(first.lex_lt_map(then)).to_union_map())
+    return out.coalesce()
 
 
 def _ordered_pairs(sources: isl.UnionMap, sinks: isl.UnionMap,
