@@ -623,7 +623,10 @@ class Temp:
     value taped and the statement that reads it). ``chunk``: for ``rows``, the loop
     variable of the chunk loop whose every iteration has its own copy;
     for a ``sum row`` or a ``row``, the variables (space-separated) of the loops any one
-    of whose iterations may have its own copy (``chunk_loops``).
+    of whose iterations may have its own copy (``chunk_loops``). ``block``: for a ``sum
+    row`` of ``type.shape[0]`` rows, the variable of the loop the generated code runs in
+    blocks of that many values, each value of a block on a row of its own (the kernel's
+    statements use row 0: ``schedule.loop_order.block_sum_rows_in_registers``).
     """
 
     name: str
@@ -632,6 +635,7 @@ class Temp:
     role: str = "user"
     holds: str = ""
     chunk: str = ""
+    block: str = ""
 
     def __post_init__(self):
         if self.role not in TEMP_ROLES:

@@ -251,13 +251,26 @@ GRADIENT_SCRIPT = textwrap.dedent(
                   fuse=True)
         # the taps of kw unrolled into the row loop, peeled at both ends (W = 2, 3: the
         # peeled ends meet); the filter gradient's sums blocked by 2 output channels, the
-        # last block peeled where CO is odd (CO = 3, with whole blocks of lanes at W = 41)
+        # last block peeled where CO is odd (CO = 3, with whole blocks of lanes at W = 41);
+        # the recomputed sums in blocks of 4 output channels, with channels left over
+        # (CO = 5) and without (CO = 8)
         for b, ci, co, h, w in [(1, 1, 1, 1, 1), (1, 1, 2, 3, 2), (1, 2, 1, 2, 3),
-                                (1, 2, 3, 2, 5), (2, 2, 2, 4, 37), (1, 2, 3, 4, 41)]:
+                                (1, 2, 3, 2, 5), (2, 2, 2, 4, 37), (1, 2, 3, 4, 41),
+                                (1, 2, 5, 4, 19), (1, 1, 8, 3, 9)]:
             check(conv_cost, ["w", "x"], dict(x=rng.standard_normal((b, ci, h, w)),
                                               w=rng.standard_normal((co, ci, 3, 3)),
                                               y=rng.standard_normal((b, co, h, w))),
                   dict(B=b, CI=ci, CO=co, H=h, W=w))
+        # the forward's sums in blocks of 4 output channels (borders, whole blocks, the
+        # channels left over)
+        cost = pa.compile(conv_cost, sanitize="address")
+        for b, ci, co, h, w in [(1, 1, 1, 1, 1), (1, 2, 4, 2, 3), (2, 1, 5, 4, 19),
+                                (1, 2, 9, 3, 33)]:
+            args = dict(x=rng.standard_normal((b, ci, h, w)),
+                        w=rng.standard_normal((co, ci, 3, 3)),
+                        y=rng.standard_normal((b, co, h, w)))
+            want, _ = interpret(conv_cost.ir, args, dict(B=b, CI=ci, CO=co, H=h, W=w))
+            np.testing.assert_allclose(cost(**args), want, rtol=1e-12)
         # wrt x alone: the zeroing of d_x runs row by row before the gather's taps
         for b, ci, co, h, w in [(1, 1, 1, 1, 1), (1, 2, 3, 2, 5), (2, 2, 2, 4, 37)]:
             check(conv_cost, ["x"], dict(x=rng.standard_normal((b, ci, h, w)),

@@ -18,7 +18,7 @@ import pytest
 import polyad as pa
 from polyad import ir
 from polyad.pipeline import Options, compile_kernel
-from polyad.schedule.loop_order import (expand_reduction_rows, jam_small_loops,
+from polyad.schedule.loop_order import (ROW_BLOCK, expand_reduction_rows, jam_small_loops,
                                        unit_stride_innermost)
 from polyad.target.openmp import plan
 from polyad.testing import interpret
@@ -267,13 +267,14 @@ def test_per_point_sums_run_along_the_row():
         (why,) = [w for w in sk.loop_orders.values() if "scalar s kept" in w]
         assert why.startswith("scalar s kept per point in s_rows[")
         assert any(t.name == name and t.role == role for t in sk.kernel.temps)
-    # the conv layer's sums (one piece each): one row per thread, allocated by the
-    # thread loop over b, reused for every (co, h); the clamped blur's (an interior and
-    # a border piece) an array of the whole iteration space, which each iteration of m
-    # writes and reads one row of: kept as that row per thread (fusion.rows_per_iteration)
+    # the conv layer's sums (one piece each): a row per thread (per value of a block of
+    # co: block_sum_rows_in_registers), allocated by the thread loop over b, reused for
+    # every (co, h); the clamped blur's (an interior and a border piece) an array of the
+    # whole iteration space, which each iteration of m writes and reads one row of: kept
+    # as that row per thread (fusion.rows_per_iteration)
     sk = _scheduled(conv_cost)
     (row,) = [t for t in sk.kernel.temps if t.name == "s_rows"]
-    assert ir.expr_str(row.type.shape[0]) == "W" and len(row.type.shape) == 1
+    assert [ir.expr_str(e) for e in row.type.shape] == [str(ROW_BLOCK), "W"]
     assert row.chunk_loops == ("b", "co", "h") and row not in sk.kernel.caller_temps
     src = conv_cost.source
     lines = src.splitlines()
@@ -690,3 +691,99 @@ def test_blocked_rolled_and_slabbed_conv_gradients_match_finite_differences(wrt)
             d = rng.standard_normal(args["x"].shape)
             np.testing.assert_allclose(np.vdot(got["x"], d), along("x", d), rtol=1e-6,
                                        atol=1e-6)
+
+
+@pa.kernel
+def conv_relu(x: pa.f64[B, CI, H, W].zero, w: pa.f64[CO, CI, 3, 3],
+              out: pa.Out(pa.f64[B, CO, H, W])):
+    for b in range(B):
+        for co in range(CO):
+            for h in range(H):
+                for v in range(W):
+                    s = 0.0
+                    for ci in range(CI):
+                        for kh in range(3):
+                            for kw in range(3):
+                                s += w[co, ci, kh, kw] * x[b, ci, h + kh - 1, v + kw - 1]
+                    out[b, co, h, v] = max(s, 0.0)
+
+
+@pa.kernel
+def three_channel_conv(x: pa.f64[B, CI, H, W].zero, w: pa.f64[3, CI, 3, 3],
+                       out: pa.Out(pa.f64[B, 3, H, W])):
+    for b in range(B):
+        for co in range(3):
+            for h in range(H):
+                for v in range(W):
+                    s = 0.0
+                    for ci in range(CI):
+                        for kh in range(3):
+                            for kw in range(3):
+                                s += w[co, ci, kh, kw] * x[b, ci, h + kh - 1, v + kw - 1]
+                    out[b, co, h, v] = max(s, 0.0)
+
+
+def _row_blocks(kernel, deterministic=False):
+    """(the sum rows run in blocks, the plan's blocked loops) of ``kernel``."""
+    sk = _scheduled(kernel, deterministic)
+    blocked = [lp for lp in plan(sk, deterministic).loops.values() if lp.row_block]
+    return [t for t in sk.kernel.temps if t.block], blocked, sk
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_conv_sums_run_for_a_block_of_output_channels_per_pass(deterministic):
+    """block_sum_rows_in_registers: the conv layer's per-point sums for ROW_BLOCK output
+    channels in one pass over the row (each on its own row of s_rows, every read of x
+    shared), the pointwise part after them for each channel in turn, the channels after
+    the whole blocks as written. Values against the interpreter at CO on either side of
+    whole blocks, and in the deterministic build bit for bit those of one channel at a
+    time (CO = 1: no whole block, the loop as written; each element's terms in the same
+    order)."""
+    temps, blocked, sk = _row_blocks(conv_relu, deterministic)
+    (row,) = temps
+    assert row.name == "s_rows" and row.block == "co" and row.role == "sum row"
+    assert [ir.expr_str(e) for e in row.type.shape] == [str(ROW_BLOCK), "W"]
+    # the interior rows' loops over co (border rows, h fixed by ISL, run as written)
+    assert blocked and all(lp.row_block == (ROW_BLOCK, "s_rows") and lp.iterator == "co"
+                           and not lp.threads for lp in blocked)
+    text = pa.explain(conv_relu, deterministic=deterministic)
+    assert (f"loop co run in blocks of {ROW_BLOCK}: the sums into s_rows for the "
+            f"{ROW_BLOCK} values of a block in one pass over the row v") in text
+    assert f"run in blocks of {ROW_BLOCK} values (each on its own row of s_rows" in text
+    src = pa.compile(conv_relu, deterministic=deterministic).source
+    assert f"for (; co + {ROW_BLOCK - 1} < CO; co += {ROW_BLOCK}) {{" in src
+    assert "for (; co < CO; co++) {" in src
+    # the copies of the interior update share the reads of x: one pass, ROW_BLOCK rows
+    k = src.index(f"s_rows[{ROW_BLOCK - 1} * W + v] += w_co{ROW_BLOCK - 1}_ci_0_0 * x[")
+    loop = src[:k].rstrip().splitlines()
+    assert any(line.strip().startswith("s_rows[v] += w_co_ci_0_0 * x[") for line in loop[-40:])
+    assert "s_rows[W + v] += w_co1_ci_0_0 * x[" in src
+    fn = pa.compile(conv_relu, deterministic=deterministic)
+    rng = np.random.default_rng(23)
+    for b, ci, co, h, w in [(1, 1, 1, 1, 1), (2, 2, 3, 4, 5), (1, 3, 4, 5, 17),
+                            (2, 1, 5, 3, 9), (1, 2, 8, 4, 33), (1, 2, 9, 6, 7)]:
+        x = rng.standard_normal((b, ci, h, w))
+        wt = rng.standard_normal((co, ci, 3, 3))
+        _, want = interpret(conv_relu.ir, dict(x=x, w=wt), dict(B=b, CI=ci, CO=co, H=h, W=w))
+        got = fn(x, wt)
+        np.testing.assert_allclose(got, want["out"], rtol=1e-12, atol=1e-12)
+        if deterministic:
+            one_at_a_time = np.concatenate([fn(x, wt[c:c + 1]) for c in range(co)], axis=1)
+            np.testing.assert_array_equal(got, one_at_a_time)
+
+
+def test_sum_rows_stay_unblocked_without_two_whole_blocks():
+    """A loop of 3 output channels (a constant trip count below 2 * ROW_BLOCK) keeps
+    one row and its loop as written."""
+    temps, blocked, sk = _row_blocks(three_channel_conv)
+    assert not temps and not blocked
+    (row,) = [t for t in sk.kernel.temps if t.name == "s_rows"]
+    assert len(row.type.shape) == 1 and not any("blocks of" in w
+                                                 for w in sk.loop_orders.values())
+
+
+def test_conv_layer_gradient_recomputes_its_sums_in_blocks():
+    """The conv gradient's recomputed forward sums run in blocks of output channels too
+    (its filter sums blocked by block_sums_in_registers before)."""
+    temps, blocked, _ = _row_blocks(pa.grad(conv_cost, wrt=["w", "x"]))
+    assert [t.name for t in temps] == ["s_rows"] and temps[0].block == "co" and blocked

@@ -146,6 +146,9 @@ class _Emitter:
         self.uses_ast_helpers = False
         self.target_override: dict = {}  # target element -> C text (per-lane partial sums)
         self.shift: Optional[tuple] = None  # (iterator, lane): the iterator reads iterator + lane
+        # (iterator, row temporary, values q): statements print once per q, the iterator
+        # read as iterator + q and the row's row 0 as row q (``LoopPlan.row_block``)
+        self.block_copies: Optional[tuple] = None
         self.rows = {t.name: t for t in self.k.temps if t.per_thread}
         self.rows_in_scope: set = set()  # row buffers a loop around the current line declares
         self.written = {st.target.array for st in self.k.statements if isinstance(st.target, Load)}
@@ -339,9 +342,33 @@ class _Emitter:
             args = [ir.substitute(a, at) for a in args]
         return [self.substituted(st, args) for st, _ in pairs]
 
+    def copies(self, run: list) -> list:
+        """``run`` as the copies of a blocked loop's values run it (``block_copies``): for
+        each value ``q`` in turn, every statement with the loop's iterator plus ``q`` and
+        the row temporary's row ``q``."""
+        if self.block_copies is None:
+            return run
+        it, row, values = self.block_copies
+        out = []
+        for q in values:
+            at = {it: ir.Binary("+", ir.LoopVar(it), ir.Const(q, ir.i64), ir.i64)} if q else {}
+
+            def fn(x, q=q):
+                if isinstance(x, Load) and x.array == row:
+                    return Load(x.array, (ir.Const(q, ir.i64),) + x.index[1:], x.dtype)
+                return None
+
+            def copy(e, at=at, fn=fn):
+                return ir.map_expr(ir.substitute(e, at), fn)
+
+            out += [dataclasses.replace(st, target=copy(st.target), expr=copy(st.expr),
+                                        guard=None if st.guard is None else copy(st.guard))
+                    for st in run]
+        return out
+
     def statements(self, run: list, indent: str, atomic: frozenset):
         """Print a run of consecutive statements of one block, as the merge pass groups them."""
-        run = simplify_run(run, atomic, frozenset(self.func_names))
+        run = simplify_run(self.copies(run), atomic, frozenset(self.func_names))
         for item in merge_updates(run, atomic):
             if isinstance(item, MergedUpdate):
                 self.merged(item, indent)
@@ -364,6 +391,9 @@ class _Emitter:
         inc = self.ast_c(node.for_get_inc(), iters)
         if getattr(lp, "lane_sums", 0) and inc == "1" and \
                 self.lane_loop(node, lp, indent, iters, atomic, init):
+            return
+        if getattr(lp, "row_block", ()):
+            self.blocked_loop(node, lp, indent, iters, atomic, init)
             return
         cond = unparen(cond)
         start = len(self.lines)
@@ -435,7 +465,8 @@ class _Emitter:
         kids = _body_nodes(node.for_get_body())
         if any(kid.get_type() != isl.ast_node_type.user for kid in kids):
             return {}
-        run = simplify_run([st for kid in kids for st in self.user_statements(kid, iters)],
+        run = simplify_run(self.copies([st for kid in kids
+                                        for st in self.user_statements(kid, iters)]),
                            atomic, frozenset(self.func_names))
         reads: list = []
         for st in run:
@@ -453,9 +484,7 @@ class _Emitter:
         kept: dict = {}
         for read in reads:
             base = self.names.get(read.array, read.array)
-            parts = [str(i.value).replace("-", "m") if isinstance(i, ir.Const) else
-                     i.name if isinstance(i, ir.LoopVar) and i.name.isidentifier() else None
-                     for i in read.index]
+            parts = [_index_part(i) for i in read.index]
             local = _fresh("_".join([base] + parts) if None not in parts
                            else f"{base}_at{len(kept)}", taken)
             kept[read] = local
@@ -586,6 +615,36 @@ class _Emitter:
         self.out(indent, "}")
         return True
 
+    def blocked_loop(self, node, lp, indent: str, iters: dict, atomic: frozenset,
+                     init: str) -> None:
+        """Print a loop run in blocks (``LoopPlan.row_block``; the plan checked its shape):
+        whole blocks of ``width`` values, the children holding the sums once with the
+        copies of every statement, each other child once per value; then the values left
+        over, as written."""
+        width, row = lp.row_block
+        name = lp.iterator
+        cond = node.for_get_cond()
+        bound = self.ast_c(cond.get_op_arg(1), iters)
+        rel = "<=" if cond.get_op_type() == isl.ast_expr_op_type.le else "<"
+        inner = indent + "  "
+        self.out(indent, "{")
+        self.out(inner, f"int64_t {name} = {init};")
+        self.out(inner, f"for (; {name} + {width - 1} {rel} {bound}; {name} += {width}) {{  "
+                        f"// {width} values of {name} per pass, each on its row of "
+                        f"{self.names.get(row, row)}")
+        for kid in _flat_block(node.for_get_body()):
+            sums = any(st.target_name == row and st.op != "="
+                       for u in user_nodes(kid) for st, _ in user_statements(u, self.by_name))
+            for values in ([range(width)] if sums else [(q,) for q in range(width)]):
+                self.block_copies = (name, row, tuple(values))
+                self.walk(kid, inner + "  ", iters, atomic)
+                self.block_copies = None
+        self.out(inner, "}")
+        self.out(inner, f"for (; {name} {rel} {bound}; {name}++) {{")
+        self.walk(node.for_get_body(), inner + "  ", iters, atomic)
+        self.out(inner, "}")
+        self.out(indent, "}")
+
     def row_buffer_allocation(self, v: str) -> str:
         """The declaration of row buffer ``v`` (``schedule.fusion``), on the heap: a
         buffer holds a few rows of a whole image row, too much for a thread's stack."""
@@ -671,6 +730,18 @@ def _fresh(base: str, taken: set) -> str:
         name = "_" + name
     taken.add(name)
     return name
+
+
+def _index_part(i: ir.Expr) -> Optional[str]:
+    """A piece of a local's name for an index: ``0``, ``m1``, ``v``, ``co1`` (``co + 1``)."""
+    if isinstance(i, ir.Const):
+        return str(i.value).replace("-", "m")
+    if isinstance(i, ir.LoopVar) and i.name.isidentifier():
+        return i.name
+    if (isinstance(i, ir.Binary) and i.op == "+" and isinstance(i.a, ir.LoopVar)
+            and i.a.name.isidentifier() and isinstance(i.b, ir.Const) and i.b.value > 0):
+        return f"{i.a.name}{i.b.value}"
+    return None
 
 
 def _flat_block(node: isl.AstNode) -> list:

@@ -28,8 +28,9 @@ from .gather import ascending_order_free_nests, scatter_to_gather, small_target
 from .split import split_conflicting_instances
 from .tiling import tile_schedule
 from .locality import has_strided_inner_loop, strided_inner_accesses, unit_stride_bands
-from .loop_order import (add_decisions, block_sums_in_registers, expand_reduction_rows,
-                         interchange_for_reuse, jam_small_loops, unit_stride_innermost)
+from .loop_order import (add_decisions, block_sum_rows_in_registers, block_sums_in_registers,
+                         expand_reduction_rows, interchange_for_reuse, jam_small_loops,
+                         unit_stride_innermost)
 from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, dependences,
                     isl_name, large_sizes, maps_of, operation_quota, split_boundary_pieces,
                     text_within_seconds)
@@ -555,6 +556,8 @@ def _schedule_kernel(kernel: ir.Kernel,
             add_decisions(loop_orders, blocked)
             split, slabs = slabs_per_iteration(split)
             fusions += slabs
+            split, row_blocks = block_sum_rows_in_registers(split)
+            add_decisions(loop_orders, row_blocks)
     with clock.stage("index-set splitting", len(split.statements)):
         split, index_splits = split_conflicting_instances(split, model)
     n = len(split.statements)

@@ -52,7 +52,7 @@ from ..ir import Binary, Const, Load, LoopVar, ScalarRef, Unary, uses_loop_vars
 from ..poly import model_of
 from .distribute import conflicts_across_iterations, split_loop
 from .gather import iterations_independent_but_sums
-from .nests import fresh_statement_name, inner_loops, loop_nests
+from .nests import common_depth, fresh_statement_name, inner_loops, loop_nests
 
 # Innermost loops with at most this many iterations (whatever the sizes) are not worth
 # keeping innermost when a loop over a row of the data could be.
@@ -496,7 +496,6 @@ def expand_reduction_rows(kernel: ir.Kernel, model=None, per_thread: bool = Fals
     """
     from ..poly import dependences, model_of
     from .distribute import _expansion_shape, _private_to_iterations
-    from .nests import common_depth
 
     decisions: dict[str, str] = {}
     locals_ = dict(kernel.locals)
@@ -739,6 +738,10 @@ def _interchanged(kernel: ir.Kernel, names: set, d: int) -> ir.Kernel:
 SUM_REGISTERS = 24
 # ... and at most this many copies of the loop's body per pass.
 SUM_BLOCK = 4
+# Values of a loop whose per-point sums one pass over a row computes
+# (``block_sum_rows_in_registers``): each row takes a vector register per pass, the 9
+# taps' shared reads 9 more.
+ROW_BLOCK = 4
 
 
 def block_sums_in_registers(kernel: ir.Kernel, model=None) -> tuple[ir.Kernel, dict[str, str]]:
@@ -929,3 +932,167 @@ def _blocked(kernel: ir.Kernel, group: list, depth: int, width: int) -> tuple[ir
             f"{width} times from a register; the copies for values past the loop's end "
             f"skipped); order-free: each element keeps the order of its terms")
     return dataclasses.replace(kernel, statements=tuple(out)), text
+
+
+def block_sum_rows_in_registers(kernel: ir.Kernel) -> tuple[ir.Kernel, dict[str, str]]:
+    """Compute the per-point sums of a row for several values of an outer loop in one pass
+    over the row, so that the reads those values share are loaded once.
+
+    The conv layer (after ``expand_reduction_rows``, ``jam_small_loops`` and
+    ``interchange_for_reuse``) computes each output row into a row ``s_rows`` that each
+    thread keeps::
+
+        for b, h:  for co:  for v: s_rows[v] = 0
+                            for ci:  for v:  s_rows[v] += w[co, ci, 0, 0] * x[b, ci, h - 1, v - 1]
+                                             ... (9 taps)
+                            for v: r = max(s_rows[v], 0) - y[b, co, h, v]; C += r * r
+
+    Every pass over ``v`` loads 9 values of ``x`` for 9 multiply-adds into one row, and
+    the next ``co`` loads the same 9 again. Here the row becomes ``R = ROW_BLOCK`` rows
+    ``s_rows[q, v]`` (the kernel as written uses row 0) and the temporary names ``co`` as
+    its ``block`` loop: the emitter runs ``co`` in blocks of ``R`` values, the sums of a
+    block in one pass over the row (the copy for ``co + q`` on row ``q``), what comes
+    before and after the sums for each value in turn, and the values left over after the
+    whole blocks as written::
+
+        for b, h:  for co in blocks of R:  for v: s_rows[0, v] = 0 ... s_rows[R - 1, v] = 0
+                   for ci:  for v:  s_rows[0, v] += w[co, ci, 0, 0] * x[b, ci, h - 1, v - 1]
+                                    s_rows[1, v] += w[co + 1, ci, 0, 0] * x[b, ci, h - 1, v - 1]
+                                    ...
+                   for v: r = max(s_rows[0, v], 0) - y[b, co, h, v]; C += r * r
+                   for v: r = max(s_rows[1, v], 0) - y[b, co + 1, h, v]; C += r * r  ...
+
+    so each load of ``x`` serves ``R`` multiply-adds from a register. (The copies are
+    the emitter's, not statements of the kernel: ISL's dependence analysis and AST
+    generation see the loop as written, and their cost does not grow with ``R``; made
+    as statements, 4 copies took the conv layer's cold compile from 1.7 to 11 s.)
+
+    When: a ``sum row`` temporary (``expand_reduction_rows``) whose users all lie in the
+    body of one loop ``L`` below the nest's outermost loop (threads share that one), a
+    body made of three parts in this order: statements that assign the row, the sums
+    (one row loop, innermost, step 1, whose statements all add into the row, no guard,
+    reading it only through their own target) and statements after them that do not
+    write the row. ``L`` steps by 1 with at least ``2 * R`` iterations where its trip
+    count is constant, bounds no inner loop, has bounds free of the inner loops, and no
+    condition of the body's statements uses it; the sums' reads that vary along the row
+    are more often shared by the values of ``L`` (not using it) than not.
+
+    Legality. Within a block, the assignments and sums of ``L + q`` run before the sums
+    and the after part of ``L``: each value of the block has its own row, and neither
+    the assignments nor the sums read anything the body writes but that row, so each
+    sees what it saw before. Each after part runs in the order of ``L``, after all the
+    sums of its block, and reads its own row, which holds what it held before: the
+    after parts keep their order (a reduction such as ``C`` receives its terms in the
+    same order), and each row element receives its terms in the order of the sums'
+    loops, as before; results are the same bit for bit. Returns the kernel and the
+    decisions (owner statement name -> text).
+    """
+    decisions: dict[str, str] = {}
+    for temp in kernel.temps:
+        if temp.role != "sum row" or temp.type.ndim != 1:
+            continue
+        found = _sum_row_body(kernel, temp)
+        if found is not None:
+            kernel, text = _rows_per_block(kernel, temp, *found)
+            add_decisions(decisions, {st.owner: text for st in found[2]})
+    return kernel, decisions
+
+
+def _sum_row_body(kernel: ir.Kernel, temp: ir.Temp):
+    """(depth of ``L``, the statements of ``L``'s body, the sums) when ``temp``'s users
+    have the shape ``block_sum_rows_in_registers`` blocks, else None."""
+    users = [st for st in kernel.statements
+             if st.target_name == temp.name or temp.name in st.read_names()]
+    if not users:
+        return None
+    depth = common_depth(users) - 1
+    if depth < 1:
+        return None
+    at = users[0].position[:depth + 1]
+    body = [st for st in kernel.statements if st.position[:depth + 1] == at]
+    children: dict[int, list] = {}
+    for st in body:
+        if len(st.position) < depth + 2 or len(st.loops) <= depth:
+            return None
+        children.setdefault(st.position[depth + 1], []).append(st)
+
+    def writes_row(st, ops):
+        return st.target_name == temp.name and st.op in ops and not st.reads_variable(temp.name)
+
+    kinds = []
+    for k in sorted(children):
+        part = children[k]
+        if all(writes_row(st, ("=",)) for st in part):
+            kinds.append("assign")
+        elif all(writes_row(st, ("+=", "-=")) and st.guard is None for st in part):
+            kinds.append("sums")
+        elif all(st.target_name != temp.name for st in part):
+            kinds.append("after")
+        else:
+            return None
+    order = {"assign": 0, "sums": 1, "after": 2}
+    if kinds.count("sums") != 1 or [order[k] for k in kinds] != sorted(order[k] for k in kinds):
+        return None
+    sums = children[sorted(children)[kinds.index("sums")]]
+    first = sums[0]
+    if any(st.loops != first.loops or st.position[:-1] != first.position[:-1] for st in sums):
+        return None
+    row = first.loops[-1]
+    if len(first.loops) < depth + 2 or _trip(row) is not None or row.step != 1:
+        return None
+    written = {st.target_name for st in body} - {temp.name}
+    ahead = [st for k, kind in zip(sorted(children), kinds) if kind != "after"
+                    for st in children[k]]
+    if any((st.read_names() - {temp.name}) & written for st in ahead):
+        return None
+    lp = first.loops[depth]
+    trip = _trip(lp)
+    inner = {p.var for st in body for p in st.loops[depth + 1:]}
+    if lp.step != 1 or (trip is not None and trip < 2 * ROW_BLOCK) or \
+            any(uses_loop_vars(b, inner) for b in (lp.lo, lp.hi)) or \
+            any(uses_loop_vars(b, {lp.var}) for st in body for p in st.loops[depth + 1:]
+                for b in (p.lo, p.hi)) or \
+            any(uses_loop_vars(c.expr, {lp.var}) for st in body for c in st.conditions):
+        return None
+    along_row = [ld for ld in dict.fromkeys(ld for st in sums for ld in ir.loads(st.expr))
+                 if uses_loop_vars(ld, {row.var})]
+    shared = sum(1 for ld in along_row if not uses_loop_vars(ld, {lp.var}))
+    if shared <= len(along_row) - shared:
+        return None
+    return depth, body, sums
+
+
+
+def _rows_per_block(kernel: ir.Kernel, temp: ir.Temp, depth: int, body: list,
+                    sums: list) -> tuple[ir.Kernel, str]:
+    """``kernel`` with ``temp`` made ``ROW_BLOCK`` rows, every access on row 0, and the
+    loop at ``depth`` named its ``block`` loop (``block_sum_rows_in_registers``)."""
+    lp = body[0].loops[depth]
+    zero = Const(0, ir.i64)
+
+    def on_row_0(e):
+        return ir.map_expr(e, lambda x: Load(x.array, (zero,) + x.index, x.dtype)
+                           if isinstance(x, Load) and x.array == temp.name else None)
+
+    statements = tuple(dataclasses.replace(
+        st, target=on_row_0(st.target), expr=on_row_0(st.expr),
+        guard=None if st.guard is None else on_row_0(st.guard))
+        if st in body else st for st in kernel.statements)
+    rows = dataclasses.replace(
+        temp, type=dataclasses.replace(temp.type, shape=(Const(ROW_BLOCK, ir.i64),)
+                                       + temp.type.shape),
+        holds=f"{temp.holds}, a row per value of {lp.var} in a block of {ROW_BLOCK}",
+        block=lp.var)
+    temps = tuple(rows if t.name == temp.name else t for t in kernel.temps)
+    row = sums[0].loops[-1].var
+    shared = ", ".join(dict.fromkeys(
+        ir.expr_str(ld) for st in sums for ld in ir.loads(st.expr)
+        if uses_loop_vars(ld, {row}) and not uses_loop_vars(ld, {lp.var})))
+    text = (f"loop {lp.var} run in blocks of {ROW_BLOCK}: the sums into {temp.name} for the "
+            f"{ROW_BLOCK} values of a block in one pass over the row {row} ({temp.name} "
+            f"kept as {ROW_BLOCK} rows, each read of {shared} used {ROW_BLOCK} times from a "
+            f"register), what comes before and after the sums for each value in turn, the "
+            f"values after the whole blocks as written; each element keeps the order of its "
+            f"terms")
+    return dataclasses.replace(kernel, statements=statements, temps=temps), text
+

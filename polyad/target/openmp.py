@@ -88,6 +88,10 @@ class LoopPlan:
     is updated once after the loop, instead of an array-section reduction (which gcc 12
     sets up and combines element by element on every entry of the loop, and does not
     vectorize well).
+    ``row_block``: (width, row temporary) for a sequential loop whose values the emitter
+    runs in blocks of ``width``, the sums of a block in one pass over the row
+    (``schedule.loop_order.block_sum_rows_in_registers``), the loop's other children for
+    each value in turn, each value on its own row of the temporary; () otherwise.
     """
 
     facts: LoopFacts
@@ -102,6 +106,7 @@ class LoopPlan:
     region_if: tuple = ()
     lane_sums: int = 0
     register_sums: tuple = ()
+    row_block: tuple = ()
 
     @property
     def reductions(self) -> dict:
@@ -174,7 +179,8 @@ class LoopPlan:
         if self.lane_sums:
             return f"per-lane partial sums: {self.lane_sums} lanes, 'omp simd' across the lanes"
         if head is None:
-            return "parallel, runs sequentially" if self.facts.parallel else "sequential"
+            return ("parallel, runs sequentially" if self.facts.parallel else "sequential") + (
+                ", " + self.block_decision if self.row_block else "")
         if self.region == "open":
             return ("omp parallel" + self.if_clause(_ast_c) + ": one thread team around "
                     "this sequential loop, every thread runs its iterations")
@@ -197,6 +203,15 @@ class LoopPlan:
         if self.cyclic and self.threads:
             parts.append("schedule(static, 1)")
         return "omp " + head + "".join(" " + p for p in parts)
+
+    @property
+    def block_decision(self) -> str:
+        """What running the loop in blocks does, or ''."""
+        if not self.row_block:
+            return ""
+        width, row = self.row_block
+        return (f"run in blocks of {width} values (each on its own row of {row}, the sums of "
+                f"a block in one pass over the row), the values left over as written")
 
 
 @dataclass(frozen=True)
@@ -324,6 +339,24 @@ def _adds_along(st: ir.Statement, call, it: str, arrays: set) -> bool:
                         for ix in st.target.index for x in ir.walk(ix)))
 
 
+def _for_nodes(node: isl.AstNode) -> list:
+    """The for-nodes at or below ``node``."""
+    here = [node] if loop_key(node) is not None else []
+    return here + [n for c in ast_children(node) for n in _for_nodes(c)]
+
+
+def _control_uses(node: isl.AstNode, it: str) -> bool:
+    """Whether a loop bound, step or ``if`` condition at or below ``node`` uses ``it``."""
+    t = node.get_type()
+    if t == isl.ast_node_type.for_:
+        if any(ast_expr_uses(e, it) for e in (node.for_get_init(), node.for_get_cond(),
+                                               node.for_get_inc())):
+            return True
+    elif t == isl.ast_node_type.if_ and ast_expr_uses(node.if_get_cond(), it):
+        return True
+    return any(_control_uses(c, it) for c in ast_children(node))
+
+
 def _small(facts: LoopFacts) -> bool:
     """At most SMALL_LOOP iterations whatever the sizes."""
     return facts.trip_count_bound is not None and facts.trip_count_bound <= SMALL_LOOP
@@ -400,8 +433,67 @@ class _Planner:
                           cyclic=cyclic, register_sums=sums, mapping=mapping + (
                 "; innermost loop: 'omp simd'" + (
                     " with the reduction clause" if facts.reductions or privatized else "")))
+        if not lp.threads and not lp.simd and not lp.lane_sums:
+            block = self.row_block(node, it, set(iters))
+            if block:
+                lp = dataclasses.replace(lp, row_block=block)
+                lp = dataclasses.replace(lp, mapping="; ".join(
+                    m for m in (lp.mapping, lp.block_decision) if m))
         self.loops[key] = lp
         return True
+
+    def row_block(self, node, it: str, enclosing: set) -> tuple:
+        """(width, row temporary) when the loop ``node`` is the ``block`` loop of a ``sum
+        row`` and its AST has the shape the blocked copies need: step 1 up to a bound
+        (``it < e`` or ``it <= e``); its body's children (blocks spliced) each either all
+        sums into the row or none of them, the sums' children consecutive, no child
+        before them reading the row, none after them writing it; no bound or condition
+        inside using the loop (each copy reruns the body's control as it is); no loop
+        inside with lanes, scalar sums, privatized copies or threads (their setup would
+        not follow the copies). Only inside loops over all the statements' outer
+        variables (``enclosing``: the iterators of the loops around): a border row, where
+        ISL fixes one (``h = 0``), runs as written (it takes a row's share of the time,
+        and its copies would as much of the C compiler's). Else ()."""
+        T = isl.ast_expr_op_type
+        cond = node.for_get_cond()
+        if (_ast_c(node.for_get_inc()) != "1" or cond.get_type() != isl.ast_expr_type.op
+                or cond.get_op_type() not in (T.le, T.lt)
+                or cond.get_op_arg(0).get_type() != isl.ast_expr_type.id
+                or cond.get_op_arg(0).get_id().get_name() != it):
+            return ()
+        variables: set = set()
+        self._collect_loop_vars(node.for_get_body(), it, variables)
+        temps = [t for t in self.kernel.temps if t.block and {t.block} == variables]
+        if len(temps) != 1:
+            return ()
+        row = temps[0].name
+        kinds = []
+        for kid in _flat_body(node.for_get_body()):
+            if _control_uses(kid, it) or any(
+                    lp.threads or lp.lane_sums or lp.register_sums or lp.privatized
+                    for lp in (self.loops.get(loop_key(n)) for n in _for_nodes(kid))
+                    if lp is not None):
+                return ()
+            calls = [pair for u in user_nodes(kid) for pair in user_statements(u, self.by_name)]
+            if any(call.get_op_arg(k + 1).get_type() != isl.ast_expr_type.id
+                   or call.get_op_arg(k + 1).get_id().get_name() not in enclosing
+                   for st, call in calls for k in range(st.loop_vars.index(temps[0].block))):
+                return ()
+            sts = [st for st, _ in calls]
+            sums = [st.target_name == row and st.op != "=" for st in sts]
+            if any(sums) and not all(sums):
+                return ()
+            kinds.append("sums" if any(sums) else
+                         "reads" if any(row in st.read_names() for st in sts) else
+                         "writes" if any(st.target_name == row for st in sts) else "other")
+        if "sums" not in kinds:
+            return ()
+        first = kinds.index("sums")
+        last = len(kinds) - 1 - kinds[::-1].index("sums")
+        if ("reads" in kinds[:first] or "writes" in kinds[last + 1:]
+                or any(k != "sums" for k in kinds[first:last + 1])):
+            return ()
+        return (int(temps[0].type.shape[0].value), row)
 
     def lane_sums(self, node, it: str, facts: LoopFacts, threads: bool,
                   enclosing: Optional[LoopPlan], below: bool) -> int:
