@@ -253,10 +253,11 @@ GRADIENT_SCRIPT = textwrap.dedent(
         # peeled ends meet); the filter gradient's sums blocked by 2 output channels, the
         # last block peeled where CO is odd (CO = 3, with whole blocks of lanes at W = 41);
         # the recomputed sums in blocks of 4 output channels, with channels left over
-        # (CO = 5) and without (CO = 8)
+        # (CO = 5) and without (CO = 8); the d_x gather in blocks of 4 input channels
+        # (CI = 4, 5)
         for b, ci, co, h, w in [(1, 1, 1, 1, 1), (1, 1, 2, 3, 2), (1, 2, 1, 2, 3),
                                 (1, 2, 3, 2, 5), (2, 2, 2, 4, 37), (1, 2, 3, 4, 41),
-                                (1, 2, 5, 4, 19), (1, 1, 8, 3, 9)]:
+                                (1, 2, 5, 4, 19), (1, 1, 8, 3, 9), (1, 5, 4, 4, 19)]:
             check(conv_cost, ["w", "x"], dict(x=rng.standard_normal((b, ci, h, w)),
                                               w=rng.standard_normal((co, ci, 3, 3)),
                                               y=rng.standard_normal((b, co, h, w))),
@@ -272,7 +273,8 @@ GRADIENT_SCRIPT = textwrap.dedent(
             want, _ = interpret(conv_cost.ir, args, dict(B=b, CI=ci, CO=co, H=h, W=w))
             np.testing.assert_allclose(cost(**args), want, rtol=1e-12)
         # wrt x alone: the zeroing of d_x runs row by row before the gather's taps
-        for b, ci, co, h, w in [(1, 1, 1, 1, 1), (1, 2, 3, 2, 5), (2, 2, 2, 4, 37)]:
+        for b, ci, co, h, w in [(1, 1, 1, 1, 1), (1, 2, 3, 2, 5), (2, 2, 2, 4, 37),
+                                (1, 4, 2, 3, 9)]:
             check(conv_cost, ["x"], dict(x=rng.standard_normal((b, ci, h, w)),
                                          w=rng.standard_normal((co, ci, 3, 3)),
                                          y=rng.standard_normal((b, co, h, w))),

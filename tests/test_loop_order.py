@@ -20,6 +20,7 @@ from polyad import ir
 from polyad.pipeline import Options, compile_kernel
 from polyad.schedule.loop_order import (ROW_BLOCK, expand_reduction_rows, jam_small_loops,
                                        unit_stride_innermost)
+from polyad.target import openmp
 from polyad.target.openmp import plan
 from polyad.testing import interpret
 
@@ -666,9 +667,10 @@ def test_blocked_rolled_and_slabbed_conv_gradients_match_finite_differences(wrt)
     the d_x gather a row behind through 3 rows of d_s, or d_s as a slab per (b, h))
     against central differences of the compiled cost (the primal's C, none of those
     passes): every element of w, and x along random directions. CO = 3 (a whole block
-    and a peeled one), W = 19 (a whole block of 8 lanes in the interior), H = 4."""
+    and a peeled one), CI = 5 (the d_x gather's block of 4 input channels and one left
+    over), W = 19 (a whole block of 8 lanes in the interior), H = 4."""
     rng = np.random.default_rng(17)
-    b, ci, co, h, w = 1, 2, 3, 4, 19
+    b, ci, co, h, w = 1, 5, 3, 4, 19
     args = dict(x=rng.standard_normal((b, ci, h, w)), w=rng.standard_normal((co, ci, 3, 3)),
                 y=rng.standard_normal((b, co, h, w)))
     cost = pa.compile(conv_cost)
@@ -726,7 +728,7 @@ def three_channel_conv(x: pa.f64[B, CI, H, W].zero, w: pa.f64[3, CI, 3, 3],
 def _row_blocks(kernel, deterministic=False):
     """(the sum rows run in blocks, the plan's blocked loops) of ``kernel``."""
     sk = _scheduled(kernel, deterministic)
-    blocked = [lp for lp in plan(sk, deterministic).loops.values() if lp.row_block]
+    blocked = [lp for lp in plan(sk, deterministic).loops.values() if lp.block]
     return [t for t in sk.kernel.temps if t.block], blocked, sk
 
 
@@ -744,7 +746,7 @@ def test_conv_sums_run_for_a_block_of_output_channels_per_pass(deterministic):
     assert row.name == "s_rows" and row.block == "co" and row.role == "sum row"
     assert [ir.expr_str(e) for e in row.type.shape] == [str(ROW_BLOCK), "W"]
     # the interior rows' loops over co (border rows, h fixed by ISL, run as written)
-    assert blocked and all(lp.row_block == (ROW_BLOCK, "s_rows") and lp.iterator == "co"
+    assert blocked and all(lp.block[:2] == (ROW_BLOCK, "s_rows") and lp.iterator == "co"
                            and not lp.threads for lp in blocked)
     text = pa.explain(conv_relu, deterministic=deterministic)
     assert (f"loop co run in blocks of {ROW_BLOCK}: the sums into s_rows for the "
@@ -787,3 +789,55 @@ def test_conv_layer_gradient_recomputes_its_sums_in_blocks():
     (its filter sums blocked by block_sums_in_registers before)."""
     temps, blocked, _ = _row_blocks(pa.grad(conv_cost, wrt=["w", "x"]))
     assert [t.name for t in temps] == ["s_rows"] and temps[0].block == "co" and blocked
+
+
+@pa.kernel
+def conv_cost_again(x: pa.f64[B, CI, H, W].zero, w: pa.f64[CO, CI, 3, 3],
+                    y: pa.f64[B, CO, H, W]) -> pa.f64:
+    cost = 0.0
+    for b in range(B):
+        for co in range(CO):
+            for h in range(H):
+                for v in range(W):
+                    s = 0.0
+                    for ci in range(CI):
+                        for kh in range(3):
+                            for kw in range(3):
+                                s += w[co, ci, kh, kw] * x[b, ci, h + kh - 1, v + kw - 1]
+                    r = max(s, 0.0) - y[b, co, h, v]
+                    cost += r * r
+    return cost
+
+
+@pytest.mark.parametrize("wrt", [["x"], ["w", "x"]])
+def test_conv_input_gradient_gathers_a_block_of_input_channels_per_pass(wrt, monkeypatch):
+    """The d_x gather's loop over ci carries no dependence (each d_x row is one input
+    channel's): the emitter runs it in blocks of ROW_BLOCK, the 9 taps' reads of d_s
+    shared by the block's rows of d_x. Values against the interpreter at CI on either
+    side of whole blocks; in the deterministic build bit for bit those of the same plan
+    without the blocks."""
+    grad = pa.grad(conv_cost, wrt=wrt)
+    blocks = [lp for lp in plan(_scheduled(grad)).loops.values()
+              if lp.block and not lp.block[1]]
+    assert blocks and all(lp.iterator == "ci" and lp.block[0] == ROW_BLOCK for lp in blocks)
+    sk = _scheduled(grad)
+    assert all(sk.statement(n).target_name == "d_x" for lp in blocks for n in lp.block[2])
+    assert f"run in blocks of {ROW_BLOCK} values (no dependence carried: the copies of a " \
+           f"block in one pass over their rows, sharing their reads)" in pa.explain(grad)
+    assert f"for (; ci + {ROW_BLOCK - 1} < CI; ci += {ROW_BLOCK}) {{" in grad.source
+    conv_gradient_matches_interpreter(grad, grad, 29, [(1, 1, 2, 3, 5), (1, 3, 2, 4, 9),
+                                                       (2, 4, 1, 3, 17), (1, 5, 3, 4, 8),
+                                                       (1, 9, 2, 5, 33)])
+    rng = np.random.default_rng(31)
+    args = dict(x=rng.standard_normal((2, 6, 5, 19)), w=rng.standard_normal((3, 6, 3, 3)),
+                y=rng.standard_normal((2, 3, 5, 19)))
+    blocked = pa.compile(grad, deterministic=True)(**args)
+    # the same kernel under another name (the derived kernel and its builds are cached
+    # per kernel), planned without the blocks
+    monkeypatch.setattr(openmp._Planner, "_parallel_block", lambda *a: ())
+    plain = pa.grad(conv_cost_again, wrt=wrt)
+    assert f"ci += {ROW_BLOCK}" not in pa.compile(plain, deterministic=True).source
+    unblocked = pa.compile(plain, deterministic=True)(**args)
+    for got, want in zip(blocked if isinstance(blocked, tuple) else (blocked,),
+                         unblocked if isinstance(unblocked, tuple) else (unblocked,)):
+        np.testing.assert_array_equal(got, want)

@@ -146,8 +146,8 @@ class _Emitter:
         self.uses_ast_helpers = False
         self.target_override: dict = {}  # target element -> C text (per-lane partial sums)
         self.shift: Optional[tuple] = None  # (iterator, lane): the iterator reads iterator + lane
-        # (iterator, row temporary, values q): statements print once per q, the iterator
-        # read as iterator + q and the row's row 0 as row q (``LoopPlan.row_block``)
+        # (iterator, row temporary or '', values q): statements print once per q, the
+        # iterator read as iterator + q and the row's row 0 as row q (``LoopPlan.block``)
         self.block_copies: Optional[tuple] = None
         self.rows = {t.name: t for t in self.k.temps if t.per_thread}
         self.rows_in_scope: set = set()  # row buffers a loop around the current line declares
@@ -354,7 +354,7 @@ class _Emitter:
             at = {it: ir.Binary("+", ir.LoopVar(it), ir.Const(q, ir.i64), ir.i64)} if q else {}
 
             def fn(x, q=q):
-                if isinstance(x, Load) and x.array == row:
+                if row and isinstance(x, Load) and x.array == row:
                     return Load(x.array, (ir.Const(q, ir.i64),) + x.index[1:], x.dtype)
                 return None
 
@@ -392,7 +392,7 @@ class _Emitter:
         if getattr(lp, "lane_sums", 0) and inc == "1" and \
                 self.lane_loop(node, lp, indent, iters, atomic, init):
             return
-        if getattr(lp, "row_block", ()):
+        if getattr(lp, "block", ()):
             self.blocked_loop(node, lp, indent, iters, atomic, init)
             return
         cond = unparen(cond)
@@ -617,25 +617,25 @@ class _Emitter:
 
     def blocked_loop(self, node, lp, indent: str, iters: dict, atomic: frozenset,
                      init: str) -> None:
-        """Print a loop run in blocks (``LoopPlan.row_block``; the plan checked its shape):
-        whole blocks of ``width`` values, the children holding the sums once with the
-        copies of every statement, each other child once per value; then the values left
-        over, as written."""
-        width, row = lp.row_block
+        """Print a loop run in blocks (``LoopPlan.block``; the plan checked its shape): whole
+        blocks of ``width`` values, each child of the body holding the plan's statements
+        once with their copies side by side, each other child once per value; then the
+        values left over, as written."""
+        width, row, jammed = lp.block
         name = lp.iterator
         cond = node.for_get_cond()
         bound = self.ast_c(cond.get_op_arg(1), iters)
         rel = "<=" if cond.get_op_type() == isl.ast_expr_op_type.le else "<"
         inner = indent + "  "
+        where = f", each on its row of {self.names.get(row, row)}" if row else ""
         self.out(indent, "{")
         self.out(inner, f"int64_t {name} = {init};")
         self.out(inner, f"for (; {name} + {width - 1} {rel} {bound}; {name} += {width}) {{  "
-                        f"// {width} values of {name} per pass, each on its row of "
-                        f"{self.names.get(row, row)}")
-        for kid in _flat_block(node.for_get_body()):
-            sums = any(st.target_name == row and st.op != "="
-                       for u in user_nodes(kid) for st, _ in user_statements(u, self.by_name))
-            for values in ([range(width)] if sums else [(q,) for q in range(width)]):
+                        f"// {width} values of {name} per pass{where}")
+        for kid in _body_nodes(node.for_get_body()):
+            together = any(st.name in jammed for u in user_nodes(kid)
+                           for st, _ in user_statements(u, self.by_name))
+            for values in ([range(width)] if together else [(q,) for q in range(width)]):
                 self.block_copies = (name, row, tuple(values))
                 self.walk(kid, inner + "  ", iters, atomic)
                 self.block_copies = None

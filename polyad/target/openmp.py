@@ -25,6 +25,7 @@ from ..runtime.loader import CompiledKernel
 from ..schedule import LoopFacts, ast_children, loop_key
 from ..schedule.nests import ast_expr_uses, loop_vars_along, user_nodes, user_statements
 from ..schedule.locality import strided_accesses
+from ..schedule.loop_order import ROW_BLOCK
 
 # Loops with at most this many iterations, whatever the sizes (filter taps,
 # channels of a fixed-size layer), are never made 'omp parallel for': a thread
@@ -88,10 +89,13 @@ class LoopPlan:
     is updated once after the loop, instead of an array-section reduction (which gcc 12
     sets up and combines element by element on every entry of the loop, and does not
     vectorize well).
-    ``row_block``: (width, row temporary) for a sequential loop whose values the emitter
-    runs in blocks of ``width``, the sums of a block in one pass over the row
-    (``schedule.loop_order.block_sum_rows_in_registers``), the loop's other children for
-    each value in turn, each value on its own row of the temporary; () otherwise.
+    ``block``: (width, row temporary or '', statement names) for a sequential loop whose
+    values the emitter runs in blocks of ``width``: the children of its body holding the
+    named statements once, with the copies of those statements for the block's values
+    side by side (one pass over their rows shares their reads), the other children once
+    per value in turn; each value on its own row of the temporary, if any
+    (``schedule.loop_order.block_sum_rows_in_registers``); the values left over after
+    the whole blocks as written (``_Planner.block``). () otherwise.
     """
 
     facts: LoopFacts
@@ -106,7 +110,7 @@ class LoopPlan:
     region_if: tuple = ()
     lane_sums: int = 0
     register_sums: tuple = ()
-    row_block: tuple = ()
+    block: tuple = ()
 
     @property
     def reductions(self) -> dict:
@@ -180,7 +184,7 @@ class LoopPlan:
             return f"per-lane partial sums: {self.lane_sums} lanes, 'omp simd' across the lanes"
         if head is None:
             return ("parallel, runs sequentially" if self.facts.parallel else "sequential") + (
-                ", " + self.block_decision if self.row_block else "")
+                ", " + self.block_decision if self.block else "")
         if self.region == "open":
             return ("omp parallel" + self.if_clause(_ast_c) + ": one thread team around "
                     "this sequential loop, every thread runs its iterations")
@@ -207,11 +211,15 @@ class LoopPlan:
     @property
     def block_decision(self) -> str:
         """What running the loop in blocks does, or ''."""
-        if not self.row_block:
+        if not self.block:
             return ""
-        width, row = self.row_block
-        return (f"run in blocks of {width} values (each on its own row of {row}, the sums of "
-                f"a block in one pass over the row), the values left over as written")
+        width, row, _ = self.block
+        if row:
+            return (f"run in blocks of {width} values (each on its own row of {row}, the sums "
+                    f"of a block in one pass over the row), the values left over as written")
+        return (f"run in blocks of {width} values (no dependence carried: the copies of a "
+                f"block in one pass over their rows, sharing their reads), the values left "
+                f"over as written")
 
 
 @dataclass(frozen=True)
@@ -339,6 +347,13 @@ def _adds_along(st: ir.Statement, call, it: str, arrays: set) -> bool:
                         for ix in st.target.index for x in ir.walk(ix)))
 
 
+def _iterator_arg(call: isl.AstExpr, k: int, iterators: set) -> bool:
+    """Is the value of the statement's loop variable ``k`` in the AST call ``call`` one of
+    ``iterators`` (an iterator of a loop around it, not an expression)?"""
+    arg = call.get_op_arg(k + 1)
+    return arg.get_type() == isl.ast_expr_type.id and arg.get_id().get_name() in iterators
+
+
 def _for_nodes(node: isl.AstNode) -> list:
     """The for-nodes at or below ``node``."""
     here = [node] if loop_key(node) is not None else []
@@ -434,26 +449,39 @@ class _Planner:
                 "; innermost loop: 'omp simd'" + (
                     " with the reduction clause" if facts.reductions or privatized else "")))
         if not lp.threads and not lp.simd and not lp.lane_sums:
-            block = self.row_block(node, it, set(iters))
+            block = self.block(node, it, facts, set(iters))
             if block:
-                lp = dataclasses.replace(lp, row_block=block)
+                lp = dataclasses.replace(lp, block=block)
                 lp = dataclasses.replace(lp, mapping="; ".join(
                     m for m in (lp.mapping, lp.block_decision) if m))
         self.loops[key] = lp
         return True
 
-    def row_block(self, node, it: str, enclosing: set) -> tuple:
-        """(width, row temporary) when the loop ``node`` is the ``block`` loop of a ``sum
-        row`` and its AST has the shape the blocked copies need: step 1 up to a bound
-        (``it < e`` or ``it <= e``); its body's children (blocks spliced) each either all
-        sums into the row or none of them, the sums' children consecutive, no child
-        before them reading the row, none after them writing it; no bound or condition
-        inside using the loop (each copy reruns the body's control as it is); no loop
-        inside with lanes, scalar sums, privatized copies or threads (their setup would
-        not follow the copies). Only inside loops over all the statements' outer
-        variables (``enclosing``: the iterators of the loops around): a border row, where
-        ISL fixes one (``h = 0``), runs as written (it takes a row's share of the time,
-        and its copies would as much of the C compiler's). Else ()."""
+    def block(self, node, it: str, facts: LoopFacts, enclosing: set) -> tuple:
+        """(width, row temporary or '', the statements whose copies share a pass) when the
+        emitter runs the loop ``node`` in blocks (``LoopPlan.block``), else ().
+
+        Two cases. The ``block`` loop of a ``sum row`` (``schedule.loop_order.
+        block_sum_rows_in_registers`` proved it legal): its body's children (blocks
+        spliced) each either all sums into the row or none of them, the sums' children
+        consecutive, no child before them reading the row, none after them writing it.
+        Or a loop that carries no dependence (``LoopFacts.carried``: each element it
+        writes is written by one iteration, so any order of its iterations' instances
+        gives the same values, bit for bit) whose statements all write array elements
+        (no scalar: the copies would share it) and read, along their innermost loop, more
+        values that do not use the loop (what the copies share) than do, the targets
+        counted (the conv layer's ``d_x`` gather: 9 rows of ``d_s`` for each row of
+        ``d_x``); every child is then copied within its pass, at least ``2 * width``
+        iterations where the count is bounded.
+
+        Both need the AST shape the copies take: step 1 up to a bound (``it < e`` or
+        ``it <= e``); no bound or condition inside using the loop (each copy reruns the
+        body's control as it is); no loop inside with lanes, scalar sums, privatized
+        copies or threads (their setup would not follow the copies); every statement
+        inside takes the loop's iterator for the blocked variable, and the loops around
+        for all its outer variables (``enclosing``: their iterators):
+        a border row, where ISL fixes one (``h = 0``), runs as written (it takes a row's
+        share of the time, and its copies would as much of the C compiler's)."""
         T = isl.ast_expr_op_type
         cond = node.for_get_cond()
         if (_ast_c(node.for_get_inc()) != "1" or cond.get_type() != isl.ast_expr_type.op
@@ -463,11 +491,10 @@ class _Planner:
             return ()
         variables: set = set()
         self._collect_loop_vars(node.for_get_body(), it, variables)
-        temps = [t for t in self.kernel.temps if t.block and {t.block} == variables]
-        if len(temps) != 1:
+        if len(variables) != 1:
             return ()
-        row = temps[0].name
-        kinds = []
+        (var,) = variables
+        kids = []
         for kid in _flat_body(node.for_get_body()):
             if _control_uses(kid, it) or any(
                     lp.threads or lp.lane_sums or lp.register_sums or lp.privatized
@@ -475,11 +502,24 @@ class _Planner:
                     if lp is not None):
                 return ()
             calls = [pair for u in user_nodes(kid) for pair in user_statements(u, self.by_name)]
-            if any(call.get_op_arg(k + 1).get_type() != isl.ast_expr_type.id
-                   or call.get_op_arg(k + 1).get_id().get_name() not in enclosing
-                   for st, call in calls for k in range(st.loop_vars.index(temps[0].block))):
-                return ()
-            sts = [st for st, _ in calls]
+            for st, call in calls:
+                if var not in st.loop_vars:
+                    return ()
+                at = st.loop_vars.index(var)
+                if not all(_iterator_arg(call, k, enclosing) for k in range(at)) or \
+                        not _iterator_arg(call, at, {it}):
+                    return ()
+            kids.append([st for st, _ in calls])
+        temps = [t for t in self.kernel.temps if t.block == var]
+        if temps:
+            return self._row_block(kids, temps[0])
+        return self._parallel_block(kids, var, facts)
+
+    def _row_block(self, kids: list, temp: ir.Temp) -> tuple:
+        """``block`` for the ``block`` loop of the sum row ``temp``."""
+        row = temp.name
+        kinds = []
+        for sts in kids:
             sums = [st.target_name == row and st.op != "=" for st in sts]
             if any(sums) and not all(sums):
                 return ()
@@ -493,7 +533,23 @@ class _Planner:
         if ("reads" in kinds[:first] or "writes" in kinds[last + 1:]
                 or any(k != "sums" for k in kinds[first:last + 1])):
             return ()
-        return (int(temps[0].type.shape[0].value), row)
+        jammed = frozenset(st.name for sts in kids for st in sts
+                           if st.target_name == row and st.op != "=")
+        return (int(temp.type.shape[0].value), row, jammed)
+
+    def _parallel_block(self, kids: list, var: str, facts: LoopFacts) -> tuple:
+        """``block`` for a loop that carries no dependence (a gather's)."""
+        sts = [st for k in kids for st in k]
+        if (facts.carried or not sts
+                or (facts.trip_count_bound is not None and facts.trip_count_bound < 2 * ROW_BLOCK)
+                or any(not isinstance(st.target, ir.Load) or not st.loops for st in sts)):
+            return ()
+        varying = dict.fromkeys(ld for st in sts for ld in ir.loads(st.expr) + [st.target]
+                                if ir.uses_loop_vars(ld, {st.loops[-1].var}))
+        shared = sum(1 for ld in varying if not ir.uses_loop_vars(ld, {var}))
+        if shared <= len(varying) - shared:
+            return ()
+        return (ROW_BLOCK, "", frozenset(st.name for st in sts))
 
     def lane_sums(self, node, it: str, facts: LoopFacts, threads: bool,
                   enclosing: Optional[LoopPlan], below: bool) -> int:
