@@ -728,7 +728,7 @@ def three_channel_conv(x: pa.f64[B, CI, H, W].zero, w: pa.f64[3, CI, 3, 3],
 def _row_blocks(kernel, deterministic=False):
     """(the sum rows run in blocks, the plan's blocked loops) of ``kernel``."""
     sk = _scheduled(kernel, deterministic)
-    blocked = [lp for lp in plan(sk, deterministic).loops.values() if lp.block]
+    blocked = [lp for lp in plan(sk, deterministic).loops.values() if lp.value_blocks]
     return [t for t in sk.kernel.temps if t.block], blocked, sk
 
 
@@ -746,7 +746,7 @@ def test_conv_sums_run_for_a_block_of_output_channels_per_pass(deterministic):
     assert row.name == "s_rows" and row.block == "co" and row.role == "sum row"
     assert [ir.expr_str(e) for e in row.type.shape] == [str(ROW_BLOCK), "W"]
     # the interior rows' loops over co (border rows, h fixed by ISL, run as written)
-    assert blocked and all(lp.block[:2] == (ROW_BLOCK, "s_rows") and lp.iterator == "co"
+    assert blocked and all(lp.value_blocks[:2] == (ROW_BLOCK, "s_rows") and lp.iterator == "co"
                            and not lp.threads for lp in blocked)
     text = pa.explain(conv_relu, deterministic=deterministic)
     assert (f"loop co run in blocks of {ROW_BLOCK}: the sums into s_rows for the "
@@ -818,10 +818,10 @@ def test_conv_input_gradient_gathers_a_block_of_input_channels_per_pass(wrt, mon
     without the blocks."""
     grad = pa.grad(conv_cost, wrt=wrt)
     blocks = [lp for lp in plan(_scheduled(grad)).loops.values()
-              if lp.block and not lp.block[1]]
-    assert blocks and all(lp.iterator == "ci" and lp.block[0] == ROW_BLOCK for lp in blocks)
+              if lp.value_blocks and not lp.value_blocks[1]]
+    assert blocks and all(lp.iterator == "ci" and lp.value_blocks[0] == ROW_BLOCK for lp in blocks)
     sk = _scheduled(grad)
-    assert all(sk.statement(n).target_name == "d_x" for lp in blocks for n in lp.block[2])
+    assert all(sk.statement(n).target_name == "d_x" for lp in blocks for n in lp.value_blocks[2])
     assert f"run in blocks of {ROW_BLOCK} values (no dependence carried: the copies of a " \
            f"block in one pass over their rows, sharing their reads)" in pa.explain(grad)
     assert f"for (; ci + {ROW_BLOCK - 1} < CI; ci += {ROW_BLOCK}) {{" in grad.source

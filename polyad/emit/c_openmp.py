@@ -147,7 +147,7 @@ class _Emitter:
         self.target_override: dict = {}  # target element -> C text (per-lane partial sums)
         self.shift: Optional[tuple] = None  # (iterator, lane): the iterator reads iterator + lane
         # (iterator, row temporary or '', values q): statements print once per q, the
-        # iterator read as iterator + q and the row's row 0 as row q (``LoopPlan.block``)
+        # iterator read as iterator + q and the row's row 0 as row q (``LoopPlan.value_blocks``)
         self.block_copies: Optional[tuple] = None
         self.rows = {t.name: t for t in self.k.temps if t.per_thread}
         self.rows_in_scope: set = set()  # row buffers a loop around the current line declares
@@ -392,7 +392,7 @@ class _Emitter:
         if getattr(lp, "lane_sums", 0) and inc == "1" and \
                 self.lane_loop(node, lp, indent, iters, atomic, init):
             return
-        if getattr(lp, "block", ()):
+        if getattr(lp, "value_blocks", ()):
             self.blocked_loop(node, lp, indent, iters, atomic, init)
             return
         cond = unparen(cond)
@@ -617,11 +617,11 @@ class _Emitter:
 
     def blocked_loop(self, node, lp, indent: str, iters: dict, atomic: frozenset,
                      init: str) -> None:
-        """Print a loop run in blocks (``LoopPlan.block``; the plan checked its shape): whole
+        """Print a loop run in blocks (``LoopPlan.value_blocks``; the plan checked its shape): whole
         blocks of ``width`` values, each child of the body holding the plan's statements
         once with their copies side by side, each other child once per value; then the
         values left over, as written."""
-        width, row, jammed = lp.block
+        width, row, jammed = lp.value_blocks
         name = lp.iterator
         cond = node.for_get_cond()
         bound = self.ast_c(cond.get_op_arg(1), iters)

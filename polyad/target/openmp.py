@@ -89,13 +89,13 @@ class LoopPlan:
     is updated once after the loop, instead of an array-section reduction (which gcc 12
     sets up and combines element by element on every entry of the loop, and does not
     vectorize well).
-    ``block``: (width, row temporary or '', statement names) for a sequential loop whose
-    values the emitter runs in blocks of ``width``: the children of its body holding the
-    named statements once, with the copies of those statements for the block's values
+    ``value_blocks``: (width, row temporary or '', statement names) for a sequential loop
+    whose values the emitter runs in blocks of ``width``: the children of its body holding
+    the named statements once, with the copies of those statements for the block's values
     side by side (one pass over their rows shares their reads), the other children once
     per value in turn; each value on its own row of the temporary, if any
     (``schedule.loop_order.block_sum_rows_in_registers``); the values left over after
-    the whole blocks as written (``_Planner.block``). () otherwise.
+    the whole blocks as written (``_Planner.value_blocks``). () otherwise.
     """
 
     facts: LoopFacts
@@ -110,7 +110,7 @@ class LoopPlan:
     region_if: tuple = ()
     lane_sums: int = 0
     register_sums: tuple = ()
-    block: tuple = ()
+    value_blocks: tuple = ()
 
     @property
     def reductions(self) -> dict:
@@ -184,7 +184,7 @@ class LoopPlan:
             return f"per-lane partial sums: {self.lane_sums} lanes, 'omp simd' across the lanes"
         if head is None:
             return ("parallel, runs sequentially" if self.facts.parallel else "sequential") + (
-                ", " + self.block_decision if self.block else "")
+                ", " + self.block_decision if self.value_blocks else "")
         if self.region == "open":
             return ("omp parallel" + self.if_clause(_ast_c) + ": one thread team around "
                     "this sequential loop, every thread runs its iterations")
@@ -211,9 +211,9 @@ class LoopPlan:
     @property
     def block_decision(self) -> str:
         """What running the loop in blocks does, or ''."""
-        if not self.block:
+        if not self.value_blocks:
             return ""
-        width, row, _ = self.block
+        width, row, _ = self.value_blocks
         if row:
             return (f"run in blocks of {width} values (each on its own row of {row}, the sums "
                     f"of a block in one pass over the row), the values left over as written")
@@ -449,17 +449,17 @@ class _Planner:
                 "; innermost loop: 'omp simd'" + (
                     " with the reduction clause" if facts.reductions or privatized else "")))
         if not lp.threads and not lp.simd and not lp.lane_sums:
-            block = self.block(node, it, facts, set(iters))
-            if block:
-                lp = dataclasses.replace(lp, block=block)
+            blocks = self.value_blocks(node, it, facts, set(iters))
+            if blocks:
+                lp = dataclasses.replace(lp, value_blocks=blocks)
                 lp = dataclasses.replace(lp, mapping="; ".join(
                     m for m in (lp.mapping, lp.block_decision) if m))
         self.loops[key] = lp
         return True
 
-    def block(self, node, it: str, facts: LoopFacts, enclosing: set) -> tuple:
+    def value_blocks(self, node, it: str, facts: LoopFacts, enclosing: set) -> tuple:
         """(width, row temporary or '', the statements whose copies share a pass) when the
-        emitter runs the loop ``node`` in blocks (``LoopPlan.block``), else ().
+        emitter runs the loop ``node`` in blocks (``LoopPlan.value_blocks``), else ().
 
         Two cases. The ``block`` loop of a ``sum row`` (``schedule.loop_order.
         block_sum_rows_in_registers`` proved it legal): its body's children (blocks
@@ -477,10 +477,10 @@ class _Planner:
         Both need the AST shape the copies take: step 1 up to a bound (``it < e`` or
         ``it <= e``); no bound or condition inside using the loop (each copy reruns the
         body's control as it is); no loop inside with lanes, scalar sums, privatized
-        copies or threads (their setup would not follow the copies); every statement
-        inside takes the loop's iterator for the blocked variable, and the loops around
-        for all its outer variables (``enclosing``: their iterators):
-        a border row, where ISL fixes one (``h = 0``), runs as written (it takes a row's
+        copies, threads or blocks of its own (their setup would not follow the copies);
+        every statement inside takes the loop's iterator for the blocked variable, and
+        the loops around for all its outer variables (``enclosing``: their iterators): a
+        border row, where ISL fixes one (``h = 0``), runs as written (it takes a row's
         share of the time, and its copies would as much of the C compiler's)."""
         T = isl.ast_expr_op_type
         cond = node.for_get_cond()
@@ -498,6 +498,7 @@ class _Planner:
         for kid in _flat_body(node.for_get_body()):
             if _control_uses(kid, it) or any(
                     lp.threads or lp.lane_sums or lp.register_sums or lp.privatized
+                    or lp.value_blocks
                     for lp in (self.loops.get(loop_key(n)) for n in _for_nodes(kid))
                     if lp is not None):
                 return ()
@@ -516,7 +517,7 @@ class _Planner:
         return self._parallel_block(kids, var, facts)
 
     def _row_block(self, kids: list, temp: ir.Temp) -> tuple:
-        """``block`` for the ``block`` loop of the sum row ``temp``."""
+        """``value_blocks`` for the ``block`` loop of the sum row ``temp``."""
         row = temp.name
         kinds = []
         for sts in kids:
@@ -538,7 +539,7 @@ class _Planner:
         return (int(temp.type.shape[0].value), row, jammed)
 
     def _parallel_block(self, kids: list, var: str, facts: LoopFacts) -> tuple:
-        """``block`` for a loop that carries no dependence (a gather's)."""
+        """``value_blocks`` for a loop that carries no dependence (a gather's)."""
         sts = [st for k in kids for st in k]
         if (facts.carried or not sts
                 or (facts.trip_count_bound is not None and facts.trip_count_bound < 2 * ROW_BLOCK)
