@@ -583,3 +583,32 @@ def test_a_scheduler_past_its_seconds_leaves_the_program_order(monkeypatch, tmp_
     text = pa.explain(k)
     assert "program order (the ISL scheduler gave up: it ran past 0 s)" in text, text
     _runs_the_recurrence_right(k, np.random.default_rng(10591))
+
+
+@pa.kernel
+def strided_clamped_writes(x0: pa.f64[N, N + 1].clamped, x1: pa.f64[N + 3, M + 2],
+                           y0: pa.Out(pa.f64[N, N + 1, N].clamped)):
+    for i in range(1, M, 2):
+        y0[i + 2, N - i, i + 2] = pa.tanh(((float(M) * 0.125) + 0.5))
+        y0[-1, i - 1, i] *= ((float(i) * 0.25) - x1[0, i + 2])
+        y0[N - i - 1, i + 3, 1] = (float(i) * 0.25)
+        for j in range(M):
+            y0[j - 3, j, j - 2] = pa.tanh(((float(j) * 0.25) if j > 1 else (float(j) * 0.25)))
+
+
+@pytest.mark.filterwarnings("ignore::polyad.ad.NoGradientPathWarning")
+def test_an_ast_whose_separation_crashes_isl_is_built_without_it():
+    """Seed 13148: ISL's AST generation segfaulted on the separation options of this
+    vjp's strided domain (every process compiling it died). A forked child probes the
+    separated build of strided domains first; this one is built with one loop per band
+    (``build._separation_crashes``), and its values are the interpreter's."""
+    from polyad.testing import interpret
+    vk = pa.vjp(strided_clamped_writes, ["x0", "x1"])
+    rng = np.random.default_rng(13148)
+    for m, n in [(0, 5), (5, 7), (6, 9)]:
+        args = dict(x0=rng.standard_normal((n, n + 1)), x1=rng.standard_normal((n + 3, m + 2)),
+                    y0_bar=rng.standard_normal((n, n + 1, n)))
+        got = vk(**args)
+        _, want = interpret(vk.ir, dict(args), dict(M=m, N=n))
+        for name, value in zip(("d_x0", "d_x1"), got):
+            np.testing.assert_allclose(value, want[name], rtol=1e-12, atol=1e-12)

@@ -782,12 +782,15 @@ def _candidate(schedule: isl.Schedule, kernel: ir.Kernel, model: PolyModel,
     if bounds:
         context = context.intersect(isl.Set.read_from_str(
             model.ctx, f"[{SMALL_SIZES}] -> {{ : 0 <= {SMALL_SIZES} <= 1 }}"))
+    ast_schedule = ast_schedule or schedule
+    tree = _size_versions(ast_schedule, model, bounds) if separate \
+        else _atomic_loops(ast_schedule)
+    if separate and _separation_crashes(context, tree):
+        bounds, context, tree = (), model.context, _atomic_loops(ast_schedule)
     analysis = _LoopAnalysis(kernel, model, deps, _small_sizes(model) if bounds else None)
     build = isl.AstBuild.from_context(context)
     build, handle = build.set_after_each_for(analysis)
-    ast_schedule = ast_schedule or schedule
-    ast = build.node_from_schedule(_size_versions(ast_schedule, model, bounds) if separate
-                                   else _atomic_loops(ast_schedule))
+    ast = build.node_from_schedule(tree)
     del handle
     if analysis.error is not None:
         raise analysis.error
@@ -806,6 +809,31 @@ def guarded_pieces(scheduled: ScheduledKernel) -> ScheduledKernel:
     cand = _candidate(scheduled.schedule, scheduled.kernel, scheduled.model, scheduled.deps,
                       separate=False)
     return dataclasses.replace(scheduled, ast=cand.ast, loops=cand.loops, large_sizes=())
+
+
+# Seconds a forked child may take to build a strided domain's separated AST (a probe).
+SEPARATION_PROBE_SECONDS = 60.0
+
+
+def _separation_crashes(context: isl.Set, tree: isl.Schedule) -> bool:
+    """Whether ISL's AST generation crashes on ``tree`` (loops separated per piece), probed
+    in a forked child where the domain has strides (existential variables: ``i mod 2 =
+    1``), else False. A fuzz kernel's vjp (seed 13148: a loop ``range(1, M, 2)``, clamped
+    writes of an output) made ``node_from_schedule`` segfault on its separation options,
+    and built without them (one loop per band) it does not. The probe costs one more
+    AST generation for strided kernels only."""
+    strided = []
+    tree.get_domain().foreach_set(lambda s: strided.append(
+        any(b.dim(isl.dim_type.div) > 0 for b in s.get_basic_sets())))
+    if not any(strided):
+        return False
+
+    def build() -> str:
+        isl.AstBuild.from_context(context).node_from_schedule(tree)
+        return "built"
+
+    text, _ = text_within_seconds(build, SEPARATION_PROBE_SECONDS)
+    return text is None
 
 
 def _atomic_loops(schedule: isl.Schedule) -> isl.Schedule:
