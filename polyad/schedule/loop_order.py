@@ -1042,7 +1042,7 @@ def _sum_row_body(kernel: ir.Kernel, temp: ir.Temp):
         return None
     written = {st.target_name for st in body} - {temp.name}
     ahead = [st for k, kind in zip(sorted(children), kinds) if kind != "after"
-                    for st in children[k]]
+             for st in children[k]]
     if any((st.read_names() - {temp.name}) & written for st in ahead):
         return None
     lp = first.loops[depth]
@@ -1060,7 +1060,6 @@ def _sum_row_body(kernel: ir.Kernel, temp: ir.Temp):
     if shared <= len(along_row) - shared:
         return None
     return depth, body, sums
-
 
 
 def _rows_per_block(kernel: ir.Kernel, temp: ir.Temp, depth: int, body: list,
@@ -1095,4 +1094,3 @@ def _rows_per_block(kernel: ir.Kernel, temp: ir.Temp, depth: int, body: list,
             f"values after the whole blocks as written; each element keeps the order of its "
             f"terms")
     return dataclasses.replace(kernel, statements=statements, temps=temps), text
-
