@@ -1145,6 +1145,32 @@ def text_within_seconds(compute: Callable[[], Optional[str]], seconds: float) \
     return b"".join(chunks).decode(), ""
 
 
+# Seconds a forked child may take to build a strided domain's AST (a probe).
+AST_PROBE_SECONDS = 60.0
+
+
+def strided_ast_build_crashes(context: isl.Set, tree: isl.Schedule) -> bool:
+    """Whether ISL's AST generation of ``tree`` under ``context`` crashes or runs past
+    ``AST_PROBE_SECONDS``, probed in a forked child (``text_within_seconds``) where the
+    domain has strides (existential variables: ``i mod 2 = 1``); False for other domains.
+    A fuzz kernel's vjp (seed 13148: a loop ``range(1, M, 2)``, clamped writes of an
+    output) made ``node_from_schedule`` segfault on its separation options; built with
+    one loop per band it does not. The probe costs one more AST generation, for strided
+    domains only."""
+    strided = []
+    tree.get_domain().foreach_set(lambda s: strided.append(
+        any(b.dim(isl.dim_type.div) > 0 for b in s.get_basic_sets())))
+    if not any(strided):
+        return False
+
+    def build() -> str:
+        isl.AstBuild.from_context(context).node_from_schedule(tree)
+        return "built"
+
+    text, _ = text_within_seconds(build, AST_PROBE_SECONDS)
+    return text is None
+
+
 # Bound on the ISL operations of one exact (value-based) dependence analysis: past it,
 # the memory-based answer. An 11-line kernel of the fuzzer (seed 9620: strided and
 # triangular loops, clamped transposed writes into one array) spent 22 s in one array's

@@ -601,7 +601,7 @@ def test_an_ast_whose_separation_crashes_isl_is_built_without_it():
     """Seed 13148: ISL's AST generation segfaulted on the separation options of this
     vjp's strided domain (every process compiling it died). A forked child probes the
     separated build of strided domains first; this one is built with one loop per band
-    (``build._separation_crashes``), and its values are the interpreter's."""
+    (``poly.strided_ast_build_crashes``), and its values are the interpreter's."""
     from polyad.testing import interpret
     vk = pa.vjp(strided_clamped_writes, ["x0", "x1"])
     rng = np.random.default_rng(13148)

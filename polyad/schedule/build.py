@@ -33,7 +33,7 @@ from .loop_order import (add_decisions, block_sum_rows_in_registers, block_sums_
                          unit_stride_innermost)
 from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, dependences,
                     isl_name, large_sizes, maps_of, operation_quota, split_boundary_pieces,
-                    text_within_seconds)
+                    strided_ast_build_crashes, text_within_seconds)
 
 _REDUCTION_OPS = {"+=": "+", "-=": "+", "*=": "*"}
 
@@ -785,7 +785,8 @@ def _candidate(schedule: isl.Schedule, kernel: ir.Kernel, model: PolyModel,
     ast_schedule = ast_schedule or schedule
     tree = _size_versions(ast_schedule, model, bounds) if separate \
         else _atomic_loops(ast_schedule)
-    if separate and _separation_crashes(context, tree):
+    # a separation that crashes ISL (fuzz seed 13148): one loop per band instead
+    if separate and strided_ast_build_crashes(context, tree):
         bounds, context, tree = (), model.context, _atomic_loops(ast_schedule)
     analysis = _LoopAnalysis(kernel, model, deps, _small_sizes(model) if bounds else None)
     build = isl.AstBuild.from_context(context)
@@ -809,31 +810,6 @@ def guarded_pieces(scheduled: ScheduledKernel) -> ScheduledKernel:
     cand = _candidate(scheduled.schedule, scheduled.kernel, scheduled.model, scheduled.deps,
                       separate=False)
     return dataclasses.replace(scheduled, ast=cand.ast, loops=cand.loops, large_sizes=())
-
-
-# Seconds a forked child may take to build a strided domain's separated AST (a probe).
-SEPARATION_PROBE_SECONDS = 60.0
-
-
-def _separation_crashes(context: isl.Set, tree: isl.Schedule) -> bool:
-    """Whether ISL's AST generation crashes on ``tree`` (loops separated per piece), probed
-    in a forked child where the domain has strides (existential variables: ``i mod 2 =
-    1``), else False. A fuzz kernel's vjp (seed 13148: a loop ``range(1, M, 2)``, clamped
-    writes of an output) made ``node_from_schedule`` segfault on its separation options,
-    and built without them (one loop per band) it does not. The probe costs one more
-    AST generation for strided kernels only."""
-    strided = []
-    tree.get_domain().foreach_set(lambda s: strided.append(
-        any(b.dim(isl.dim_type.div) > 0 for b in s.get_basic_sets())))
-    if not any(strided):
-        return False
-
-    def build() -> str:
-        isl.AstBuild.from_context(context).node_from_schedule(tree)
-        return "built"
-
-    text, _ = text_within_seconds(build, SEPARATION_PROBE_SECONDS)
-    return text is None
 
 
 def _atomic_loops(schedule: isl.Schedule) -> isl.Schedule:
