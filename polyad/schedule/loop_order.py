@@ -739,8 +739,8 @@ SUM_REGISTERS = 24
 # ... and at most this many copies of the loop's body per pass.
 SUM_BLOCK = 4
 # Values of a loop one pass over a row computes: the per-point sums of
-# ``block_sum_rows_in_registers``, and the rows of a gather the OpenMP plan blocks
-# (``target.openmp._Planner.value_blocks``). Each row takes a vector register per pass,
+# ``block_sum_rows_in_registers``, and the rows of a gather a target's plan blocks
+# (``_Planner.value_blocks``). Each row takes a vector register per pass,
 # the 9 taps' shared reads 9 more (4 rows: 4.4-4.7 ms for the conv forward, 2: 5.1-5.5).
 ROW_BLOCK = 4
 
