@@ -1171,6 +1171,20 @@ def strided_ast_build_crashes(context: isl.Set, tree: isl.Schedule) -> bool:
     return text is None
 
 
+# Seconds a forked child may take for one exact dependence analysis of accesses by
+# strided statements (``_variable_dependences``); past them, the memory-based answer.
+FLOW_PROBE_SECONDS = 60.0
+
+
+def _strided_instances(umap: isl.UnionMap) -> bool:
+    """Whether some statement instances of ``umap``'s domain need existential variables
+    (a loop ``range(a, b, s)`` with ``s`` > 1: ``(i) mod 3 = 0``)."""
+    found = []
+    umap.domain().foreach_set(lambda s: found.append(
+        any(b.dim(isl.dim_type.div) > 0 for b in s.get_basic_sets())))
+    return any(found)
+
+
 # Bound on the ISL operations of one exact (value-based) dependence analysis: past it,
 # the memory-based answer. An 11-line kernel of the fuzzer (seed 9620: strided and
 # triangular loops, clamped transposed writes into one array) spent 22 s in one array's
@@ -1193,22 +1207,39 @@ def _variable_dependences(var_reads, must_w, writes, tree: isl.Schedule, flow_on
     tree = tree.intersect_domain(writes.domain().union(var_reads.domain()))
     why = None
 
-    def flow(sink, must_src, may_src):
-        nonlocal why
+    def exact(sink, must_src, may_src) -> isl.UnionMap:
         ai = isl.UnionAccessInfo.from_sink(sink).set_must_source(must_src) \
             .set_may_source(may_src).set_schedule(tree)
+        with operation_quota(tree.get_ctx(), DEPENDENCE_QUOTA):
+            return ai.compute_flow().get_may_dependence()
+
+    def flow(sink, must_src, may_src):
+        nonlocal why
+
+        def memory_based() -> isl.UnionMap:
+            # every earlier access of the same element: a superset of the exact answer,
+            # which is safe for every use of dependences
+            return _ordered_pairs(must_src.union(may_src), sink, tree.get_map())
+
+        if any(_strided_instances(m) for m in (sink, must_src, may_src)):
+            # ISL's exact analysis of strided statements segfaulted (fuzz seed 14125: a
+            # vjp of a clamped output written under ``range(0, M, 3)``), which killed
+            # the process compiling it: analysed in a forked child
+            text, failed = text_within_seconds(
+                lambda: exact(sink, must_src, may_src).to_str(), FLOW_PROBE_SECONDS)
+            if text is not None:
+                return isl.UnionMap.read_from_str(tree.get_ctx(), text)
+            why = f"ISL's exact analysis, in a forked child: {failed}"
+            return memory_based()
         try:
-            with operation_quota(tree.get_ctx(), DEPENDENCE_QUOTA):
-                return ai.compute_flow().get_may_dependence()
+            return exact(sink, must_src, may_src)
         except isl.Error:
             # ISL's exact analysis fails on some piecewise accesses ("affine
             # expression involves some of the domain dimensions") or runs past its
-            # quota (islpy's error does not say which); every earlier access of the
-            # same element is a superset of the exact answer, which is safe for every
-            # use of dependences.
+            # quota (islpy's error does not say which)
             why = (f"ISL's exact analysis gave up (an access it cannot analyse, or past "
                    f"its quota of {DEPENDENCE_QUOTA:_} operations)")
-            return _ordered_pairs(must_src.union(may_src), sink, tree.get_map())
+            return memory_based()
 
     may_w = writes.subtract(must_w)
     flow_deps = flow(var_reads, must_w, may_w).coalesce()

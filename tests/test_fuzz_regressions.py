@@ -612,3 +612,33 @@ def test_an_ast_whose_separation_crashes_isl_is_built_without_it():
         _, want = interpret(vk.ir, dict(args), dict(M=m, N=n))
         for name, value in zip(("d_x0", "d_x1"), got):
             np.testing.assert_allclose(value, want[name], rtol=1e-12, atol=1e-12)
+
+
+@pa.kernel
+def strided_log_of_clamped_output(x0: pa.f64[M, N + 2, 2 * M + 3],
+                                  y0: pa.Out(pa.f64[2 * N].clamped)):
+    for i in range(0, M, 3):
+        for j in range(i + 1, M):
+            y0[2 * j - 1] = x0[i, 1, j + 2] if i % 2 == 0 else pa.exp(pa.tanh(float(N) * 0.125))
+            if i + 2 >= N:
+                y0[N - i - 1] += pa.log((x0[i, 0, 2 * i + 2] - y0[i - 1])
+                                        * (x0[i, 0, 2 * i + 2] - y0[i - 1]) + 1.0)
+            y0[2 * j - 2] = pa.sqrt((float(j) * 0.25) * (float(j) * 0.25) + 1.0)
+
+
+def test_a_dependence_analysis_that_crashes_isl_is_memory_based():
+    """Seed 14125: ISL's exact dependence analysis (``compute_flow``) of this vjp's
+    ``d_y0``, whose statements run under ``range(0, M, 3)``, segfaulted, which killed
+    every process compiling it. Strided statements are analysed in a forked child
+    (``poly.FLOW_PROBE_SECONDS``); where it crashes, the dependences are memory-based (a
+    superset of the exact ones), ``explain`` says why, and the values are the
+    interpreter's."""
+    from polyad.testing import interpret
+    vk = pa.vjp(strided_log_of_clamped_output, ["x0"])
+    rng = np.random.default_rng(14125)
+    for m, n in [(2, 2), (3, 4), (7, 4), (8, 3)]:
+        args = dict(x0=rng.standard_normal((m, n + 2, 2 * m + 3)),
+                    y0_bar=rng.standard_normal(2 * n))
+        d_x0, = vk(**args)
+        _, want = interpret(vk.ir, dict(args), dict(M=m, N=n))
+        np.testing.assert_allclose(d_x0, want["d_x0"], rtol=1e-12, atol=1e-12)
