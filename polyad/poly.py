@@ -1145,44 +1145,38 @@ def text_within_seconds(compute: Callable[[], Optional[str]], seconds: float) \
     return b"".join(chunks).decode(), ""
 
 
-# Seconds a forked child may take to build a strided domain's AST (a probe).
-AST_PROBE_SECONDS = 60.0
+# Seconds a forked child may take for ISL work on strided statements that crashed ISL
+# in this process (the AST generation of ``strided_ast_build_crashes``, the exact
+# dependence analysis of ``_variable_dependences``); past them, the safe fallback.
+STRIDED_PROBE_SECONDS = 60.0
+
+
+def _has_existentials(instances: isl.UnionSet) -> bool:
+    """Whether some of the statement ``instances`` need existential variables (a loop
+    ``range(a, b, s)`` with ``s`` > 1: ``(i) mod 3 = 0``): where ISL has crashed."""
+    found = []
+    instances.foreach_set(lambda s: found.append(
+        any(b.dim(isl.dim_type.div) > 0 for b in s.get_basic_sets())))
+    return any(found)
 
 
 def strided_ast_build_crashes(context: isl.Set, tree: isl.Schedule) -> bool:
     """Whether ISL's AST generation of ``tree`` under ``context`` crashes or runs past
-    ``AST_PROBE_SECONDS``, probed in a forked child (``text_within_seconds``) where the
-    domain has strides (existential variables: ``i mod 2 = 1``); False for other domains.
-    A fuzz kernel's vjp (seed 13148: a loop ``range(1, M, 2)``, clamped writes of an
-    output) made ``node_from_schedule`` segfault on its separation options; built with
-    one loop per band it does not. The probe costs one more AST generation, for strided
-    domains only."""
-    strided = []
-    tree.get_domain().foreach_set(lambda s: strided.append(
-        any(b.dim(isl.dim_type.div) > 0 for b in s.get_basic_sets())))
-    if not any(strided):
+    ``STRIDED_PROBE_SECONDS``, probed in a forked child (``text_within_seconds``) where
+    the domain has existential variables (``_has_existentials``); False for other
+    domains. A fuzz kernel's vjp (seed 13148: a loop ``range(1, M, 2)``, clamped writes
+    of an output) made ``node_from_schedule`` segfault on its separation options; built
+    with one loop per band it does not. The probe costs one more AST generation, for
+    strided domains only."""
+    if not _has_existentials(tree.get_domain()):
         return False
 
     def build() -> str:
         isl.AstBuild.from_context(context).node_from_schedule(tree)
         return "built"
 
-    text, _ = text_within_seconds(build, AST_PROBE_SECONDS)
+    text, _ = text_within_seconds(build, STRIDED_PROBE_SECONDS)
     return text is None
-
-
-# Seconds a forked child may take for one exact dependence analysis of accesses by
-# strided statements (``_variable_dependences``); past them, the memory-based answer.
-FLOW_PROBE_SECONDS = 60.0
-
-
-def _strided_instances(umap: isl.UnionMap) -> bool:
-    """Whether some statement instances of ``umap``'s domain need existential variables
-    (a loop ``range(a, b, s)`` with ``s`` > 1: ``(i) mod 3 = 0``)."""
-    found = []
-    umap.domain().foreach_set(lambda s: found.append(
-        any(b.dim(isl.dim_type.div) > 0 for b in s.get_basic_sets())))
-    return any(found)
 
 
 # Bound on the ISL operations of one exact (value-based) dependence analysis: past it,
@@ -1221,12 +1215,12 @@ def _variable_dependences(var_reads, must_w, writes, tree: isl.Schedule, flow_on
             # which is safe for every use of dependences
             return _ordered_pairs(must_src.union(may_src), sink, tree.get_map())
 
-        if any(_strided_instances(m) for m in (sink, must_src, may_src)):
+        if any(_has_existentials(m.domain()) for m in (sink, must_src, may_src)):
             # ISL's exact analysis of strided statements segfaulted (fuzz seed 14125: a
             # vjp of a clamped output written under ``range(0, M, 3)``), which killed
             # the process compiling it: analysed in a forked child
             text, failed = text_within_seconds(
-                lambda: exact(sink, must_src, may_src).to_str(), FLOW_PROBE_SECONDS)
+                lambda: exact(sink, must_src, may_src).to_str(), STRIDED_PROBE_SECONDS)
             if text is not None:
                 return isl.UnionMap.read_from_str(tree.get_ctx(), text)
             why = f"ISL's exact analysis, in a forked child: {failed}"

@@ -630,7 +630,7 @@ def test_a_dependence_analysis_that_crashes_isl_is_memory_based():
     """Seed 14125: ISL's exact dependence analysis (``compute_flow``) of this vjp's
     ``d_y0``, whose statements run under ``range(0, M, 3)``, segfaulted, which killed
     every process compiling it. Strided statements are analysed in a forked child
-    (``poly.FLOW_PROBE_SECONDS``); where it crashes, the dependences are memory-based (a
+    (``poly.STRIDED_PROBE_SECONDS``); where it crashes, the dependences are memory-based (a
     superset of the exact ones), ``explain`` says why, and the values are the
     interpreter's."""
     from polyad.testing import interpret
@@ -642,3 +642,25 @@ def test_a_dependence_analysis_that_crashes_isl_is_memory_based():
         d_x0, = vk(**args)
         _, want = interpret(vk.ir, dict(args), dict(M=m, N=n))
         np.testing.assert_allclose(d_x0, want["d_x0"], rtol=1e-12, atol=1e-12)
+
+
+def test_strided_dependences_from_the_forked_child_are_the_in_process_ones(monkeypatch,
+                                                                           tmp_path):
+    """Where ISL does not crash, the exact analysis run in the forked child (its answer
+    read back from text) gives the dependences, and so the schedule and the C, that the
+    analysis in this process gives: ``explain`` prints the same text both ways."""
+    children = []
+    in_a_child = poly.text_within_seconds
+    monkeypatch.setattr(poly, "text_within_seconds",
+                        lambda *a: children.append(a) or in_a_child(*a))
+    texts = []
+    for in_child in (True, False):
+        monkeypatch.setenv("POLYAD_CACHE_DIR", str(tmp_path / str(in_child)))
+        if not in_child:
+            monkeypatch.setattr(poly, "_has_existentials", lambda instances: False)
+        k = pa.Kernel(ir_kernel=strided_if_else.ir)
+        texts.append(pa.explain(k))
+        if in_child:
+            assert children, "no analysis ran in a child"
+    assert "forked child" not in texts[0]
+    assert texts[0] == texts[1]
