@@ -70,6 +70,20 @@ def test_generator_is_deterministic_and_well_formed():
     assert any(0 in s.values() for k in range(20) for s in generate(k).size_sets)
 
 
+def test_the_reference_overflows_as_c_does():
+    """Seed 14504 squares an element 28 times over: the reference raised OverflowError
+    (Python's ``x ** 2``) where C's square is infinite, and the sine of that infinity
+    would raise ValueError where C's is NaN."""
+    import math
+    from tests.fuzz.oracle import FloatLib
+    case = generate(14504)
+    assert "L.sq(" in case.ref and "** 2" not in case.ref and "** 2" in case.dsl
+    lib = FloatLib()
+    assert lib.sq(1e200) == math.inf and lib.sq(-3.0) == 9.0
+    assert math.isnan(lib.sin(math.inf)) and math.isnan(lib.cos(-math.inf))
+    assert lib.sin(0.5) == math.sin(0.5)
+
+
 def test_crash_and_hang_fail_only_their_case(monkeypatch):
     monkeypatch.setenv(SELFTEST_CRASH, "2")
     monkeypatch.setenv(SELFTEST_HANG, "3")

@@ -166,7 +166,7 @@ class Call(E):
         if self.fn == "exptanh":
             return f"L.exp(L.tanh({a[0]}))"
         if self.fn == "sq":
-            return f"(({a[0]}) ** 2)"
+            return f"L.sq({a[0]})"
         if self.fn.startswith("fz_"):
             return f"{self.fn}_ref(L, {', '.join(a)})"
         return f"L.{self.fn}({', '.join(a)})"

@@ -84,12 +84,26 @@ class _Lib:
     min = staticmethod(min)
     max = staticmethod(max)
 
+    @staticmethod
+    def sq(x):
+        """``x ** 2`` as a product: Python's power raises OverflowError where C's square
+        is infinite."""
+        return x * x
+
+
+def _ieee(fn):
+    """``fn`` of the math module, NaN for an infinite argument as in C (the math module
+    raises ValueError there)."""
+    return lambda x: fn(x) if math.isfinite(x) else math.nan
+
 
 class FloatLib(_Lib):
-    """Python floats (float64) and the math module."""
+    """Python floats (float64) and the math module, with C's IEEE results where Python
+    raises instead: a square that overflows is infinite (``x ** 2`` raises
+    OverflowError), the sine and cosine of an infinity are NaN."""
 
-    sin = staticmethod(math.sin)
-    cos = staticmethod(math.cos)
+    sin = staticmethod(_ieee(math.sin))
+    cos = staticmethod(_ieee(math.cos))
     tanh = staticmethod(math.tanh)
     exp = staticmethod(math.exp)
     sqrt = staticmethod(math.sqrt)
