@@ -664,3 +664,31 @@ def test_strided_dependences_from_the_forked_child_are_the_in_process_ones(monke
             assert children, "no analysis ran in a child"
     assert "forked child" not in texts[0]
     assert texts[0] == texts[1]
+
+
+@pa.kernel
+def copied_in_out_updated_off_its_rows(x1: pa.f64[N + 2, N + 3, N + 1],
+                                       z0: pa.f64[N, 2 * N].zero, y0: pa.Out(pa.f64[N])):
+    for i in range(N):
+        for j in range(i, N):
+            z0[j - 1, j + 1] += x1[j + 2, j, j]
+            y0[j] = (z0[i + 2, 2 * j - 3]) ** 2 * x1[j, i + 1, i]
+
+
+def test_a_buffer_that_a_later_nest_writes_is_not_fused():
+    """Fuzz seed 14518: the vjp copies the in-out ``z0`` into ``z0_work`` in a nest of its
+    own, then updates row ``j - 1`` of the copy and reads row ``i + 2`` in the loop over
+    ``i``. Fusion kept the copy as one row per thread (row ``i + 2``), so the update of
+    row ``j - 1`` went to that row's slot: ``d_x1`` was wrong at N = 7 and 8. A buffer's
+    rows are now written by their producer only."""
+    from polyad.testing import interpret
+    vk = pa.vjp(copied_in_out_updated_off_its_rows, ["x1"])
+    assert "S2, a later nest, writes 'z0_work' too" in pa.explain(vk)
+    rng = np.random.default_rng(14518)
+    for n in (3, 7, 8):
+        args = dict(x1=rng.standard_normal((n + 2, n + 3, n + 1)),
+                    z0=rng.standard_normal((n, 2 * n)), z0_bar=rng.standard_normal((n, 2 * n)),
+                    y0_bar=rng.standard_normal(n))
+        d_x1, = vk(**{k: v.copy() for k, v in args.items()})
+        _, want = interpret(vk.ir, dict(args), dict(N=n))
+        np.testing.assert_allclose(d_x1, want["d_x1"], rtol=1e-12, atol=1e-12)

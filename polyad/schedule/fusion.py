@@ -35,8 +35,9 @@ nothing the chain accesses) whose statements run in one outer loop, ascending wi
 step 1 over the same range, where each producer ``Pj``
 
 - writes only temporaries that no statement outside the later members reads or
-  writes (not a kernel output, not zero-filled: the producer assigns every element
-  the consumers read) and scalars no statement outside ``Pj`` uses, and sums into
+  writes and that the later members only read (not a kernel output, not
+  zero-filled: the producer assigns every element the consumers read, and only it
+  writes a buffer's rows) and scalars no statement outside ``Pj`` uses, and sums into
   kernel arrays that no member reads otherwise (the residual's ``d_f[k] += ...``):
   those run for the chunk's own rows only, never for the rows it recomputes, so each
   term is added once (in another order, as a parallel reduction's);
@@ -204,6 +205,13 @@ def _producer_ok(kernel: ir.Kernel, nest: list, later: list, between: list) -> s
             return f"{v!r} is already a row buffer"
         if not any(st.reads_variable(v) for st in later):
             return f"no later nest reads {v!r}"
+        # the windows and buffer heights follow the rows the producer writes and the
+        # later members read; a later member's write of a row (an update in place of a
+        # copied in-out array, at a row no window bounds) would go to whatever row the
+        # slot holds then (fuzz seed 14518)
+        rewritten = [st for st in later if st.target_name == v]
+        if rewritten:
+            return f"{rewritten[0].owner}, a later nest, writes {v!r} too"
         for st in kernel.statements:
             if st.name not in names and st.name not in later_names and st.accesses(v):
                 return f"{v!r} is also used by {st.owner}, outside the chain"
