@@ -7,6 +7,10 @@ bandwidth in GB/s (1e9 bytes/s) of the triad ``a = b + s*c`` (24 bytes per
 element, STREAM's convention: write-allocate traffic not counted), and also
 of copy (16 B/elt) and a read-only sum (8 B/elt).
 
+``Triad(nbytes)`` is one triad over three arrays of ``nbytes`` in all, a callable that
+``run.py`` times in the same interleaved rounds as a case's kernels: the bandwidth the
+memory system gave while they ran, where ``measure()`` gives its best at other moments.
+
 Run directly: ``python benchmarks/stream.py [--mib 256]``.
 """
 
@@ -27,9 +31,43 @@ double stream_sum(const double *b, int64_t n);
 """
 
 
+_lib = None
+
+
+def _stream_lib() -> cbuild.CLib:
+    """``stream.c``, built and loaded once per process."""
+    global _lib
+    if _lib is None:
+        _lib = cbuild.CLib(cbuild.HERE / "stream.c", CDEF)
+    return _lib
+
+
+class Triad:
+    """One STREAM triad ``a = b + 3 c`` per call, over three float64 arrays of ``nbytes``
+    bytes in all (rounded down to whole elements, at least one each), initialised in
+    parallel (first touch). ``nbytes`` is counted as STREAM counts it: no write-allocate
+    traffic, as a case's minimal traffic is."""
+
+    def __init__(self, nbytes: int):
+        lib = _stream_lib()
+        self.n = max(1, nbytes // 24)
+        self.nbytes = 24 * self.n
+        self.a, self.b, self.c = (np.empty(self.n) for _ in range(3))
+        self._lib = lib.lib
+        self._ptrs = tuple(lib.ptr(v, "double") for v in (self.a, self.b, self.c))
+        self._lib.stream_init(*self._ptrs, self.n)
+
+    def __call__(self) -> None:
+        self._lib.stream_triad(*self._ptrs, 3.0, self.n)
+
+    def gbs(self, seconds: float) -> float:
+        """The bandwidth (GB/s) of a triad that took ``seconds``."""
+        return self.nbytes / seconds / 1e9
+
+
 def measure(mib_per_array: int = 256, repeats: int = 10) -> dict:
     """Best-of-``repeats`` GB/s for triad, copy and sum; keys 'triad', 'copy', 'sum'."""
-    lib = cbuild.CLib(cbuild.HERE / "stream.c", CDEF)
+    lib = _stream_lib()
     n = mib_per_array * (1 << 20) // 8
     a, b, c = (np.empty(n) for _ in range(3))
     pa_, pb, pc = (lib.ptr(v, "double") for v in (a, b, c))

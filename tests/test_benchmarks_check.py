@@ -1,12 +1,15 @@
-"""The benchmark suite's baselines are correct: ``benchmarks/run.py --check``.
+"""The benchmark suite's baselines are correct: ``benchmarks/run.py --check``; its
+report computes a gradient's share of the triad as its columns say.
 
 Only correctness (the hand-written C baselines against numpy references, the
-numpy gradients against finite differences); no timing is looked at here.
+numpy gradients against finite differences, the report's arithmetic on given
+times); no timing is looked at here.
 """
 
 import os
 import subprocess
 import sys
+import textwrap
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -21,3 +24,56 @@ def test_benchmark_baselines_check(tmp_path):
                            "--check"], env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "baseline checks passed" in proc.stdout
+
+
+REPORT_SCRIPT = textwrap.dedent('''
+    import re
+    import numpy as np
+    import run, stream
+
+    # the in-round triad computes a = b + 3 c over whole elements, 24 bytes each
+    triad = stream.Triad(24 * 1000 + 7)
+    assert triad.n == 1000 and triad.nbytes == 24000
+    triad()
+    assert np.all(triad.a == 2.0 + 3.0 * 0.5)
+    assert triad.gbs(1e-3) == 24000 / 1e-3 / 1e9
+
+    # a gradient of 100 MB minimal traffic in 10 ms: 10 GB/s, half of the run's best
+    # triad (20 GB/s), 62.5 % of the triad timed in its rounds (16 GB/s)
+    def row(impl, fwd, grad):
+        return {"impl": impl, "note": "", "fwd": fwd, "grad": grad, "fwd_na": None,
+                "grad_na": None, "err_fwd": 0.0, "err_grad": 0.0, "first_s": 0.0,
+                "fwd_ratio": 1.0, "grad_ratio": 1.0, "grad_over_fwd": grad / fwd,
+                "fwd_gbs": 50e6 / fwd / 1e9, "grad_gbs": 100e6 / grad / 1e9}
+    res = {"bench": "deconv", "title": "t", "size": 2048, "dtype": "f64",
+           "shape": "2048x2048", "fwd_bytes": 50e6, "grad_bytes": 100e6,
+           "rows": [row("hand-written C", 0.008, 0.025), row("polyad", 0.005, 0.010)],
+           "triad_gbs": 16.0, "triad_n": 15}
+    run.add_bandwidth(res, 20.0)
+    polyad = res["rows"][1]
+    assert abs(polyad["grad_bw"] - 0.5) < 1e-12
+    assert abs(polyad["grad_bw_rounds"] - 0.625) < 1e-12
+    text = run.format_case(res)
+    assert ("STREAM triad in these rounds: 16.0 GB/s (15 rounds; the run's best 20.0); "
+            "of it, the gradients: hand-written C 25%, polyad 62%") in text, text
+    line = run.triad_share_target(res)
+    assert "polyad grad at 62% of the triad in its rounds (PASS >= 50%), 50% of the run's best" \
+        in line, line
+    res["triad_gbs"] = 25.0
+    run.add_bandwidth(res, 20.0)
+    assert "at 40% of the triad in its rounds (FAIL >= 50%)" in run.triad_share_target(res)
+    assert re.fullmatch(r"(, L\\d (\\d+ MiB|\\d+ KiB))?", run.last_level_cache())
+    print("REPORT-OK")
+''')
+
+
+def test_report_shares_of_the_triad(tmp_path):
+    """The gradients' shares of the run's best triad and of the triad timed in their own
+    rounds, in the table's line and in issue #10's target line."""
+    env = dict(os.environ)
+    env["POLYAD_BENCH_BUILD_DIR"] = str(tmp_path / "build")
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(REPO_ROOT, "benchmarks"), REPO_ROOT]
+                                        + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    proc = subprocess.run([sys.executable, "-c", REPORT_SCRIPT], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0 and "REPORT-OK" in proc.stdout, proc.stdout + proc.stderr
