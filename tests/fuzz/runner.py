@@ -23,6 +23,9 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SELFTEST_CRASH = "POLYAD_FUZZ_SELFTEST_CRASH"   # seed whose worker segfaults on purpose
 SELFTEST_HANG = "POLYAD_FUZZ_SELFTEST_HANG"     # seed whose worker hangs on purpose, mid-line
+# ... first starting a child that holds the worker's pipes open (as gcc or a forked ISL
+# analysis does when a case times out), and writing its pid to this file
+SELFTEST_HANG_CHILD = "POLYAD_FUZZ_SELFTEST_HANG_CHILD"
 START = "FUZZ-START "
 DONE = "FUZZ-RESULT "
 SOURCES = "POLYAD_FUZZ_SOURCES"   # where the workers of one run write the cases' modules
@@ -50,6 +53,10 @@ def worker(seeds, full: bool, sanitize) -> None:
             if os.environ.get(SELFTEST_CRASH) == str(seed):   # the supervisor's own test
                 os.kill(os.getpid(), signal.SIGSEGV)
             if os.environ.get(SELFTEST_HANG) == str(seed):
+                child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
+                if os.environ.get(SELFTEST_HANG_CHILD):
+                    with open(os.environ[SELFTEST_HANG_CHILD], "w") as f:
+                        f.write(str(child.pid))
                 time.sleep(1.0)   # so that the partial line arrives on its own
                 print("a line the worker never ends", end="", flush=True)
                 time.sleep(3600)
@@ -88,10 +95,30 @@ def asan_preload() -> str:
 
 
 def _spawn(seeds, full, sanitize, env):
+    """A worker on ``seeds``, in a process group of its own (``_kill``)."""
     cmd = [sys.executable, "-m", "tests.fuzz.runner"] + (["--full"] if full else []) + \
           (["--sanitize"] if sanitize else []) + [str(s) for s in seeds]
     return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _kill(p) -> None:
+    """Kill worker ``p`` and what it started (a C compiler, a forked ISL analysis): left
+    running, they would hold its pipes open and keep compiling a case given up on."""
+    try:
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    p.wait()
+
+
+def _read_available(stream) -> str:
+    """What a non-blocking text pipe holds now ("" when nothing: a text stream's read
+    raises TypeError where its raw read finds no data but the pipe is still open)."""
+    try:
+        return stream.read() or ""
+    except (TypeError, OSError):
+        return ""
 
 
 def _env(sanitize, cache_dir):
@@ -141,7 +168,7 @@ def run_cases(seeds, workers: int = 2, case_timeout: float = 120.0, full: bool =
         sel.unregister(p.stdout)
         cur = st["current"]
         if cur is not None and cur not in results:
-            err = "".join(st["stderr"]) + (p.stderr.read() or "")
+            err = "".join(st["stderr"]) + _read_available(p.stderr)
             results[cur] = {"seed": cur, "status": "fail", "stage": status,
                             "message": f"{message}\n{err[-4000:]}", "checks": [],
                             "features": [], "size_rejected": 0}
@@ -166,7 +193,7 @@ def run_cases(seeds, workers: int = 2, case_timeout: float = 120.0, full: bool =
                 except BlockingIOError:
                     continue
                 if not data:
-                    p.wait()
+                    _kill(p)
                     finish(p, "exit" if p.returncode == 0 else "crash",
                            f"worker exited with status {p.returncode}")
                     continue
@@ -184,20 +211,15 @@ def run_cases(seeds, workers: int = 2, case_timeout: float = 120.0, full: bool =
             now = time.monotonic()
             for p in list(procs):
                 st = procs[p]
-                try:
-                    chunk = p.stderr.read()
-                    if chunk:
-                        st["stderr"].append(chunk)
-                        st["stderr"] = ["".join(st["stderr"])[-8000:]]
-                except (TypeError, OSError):
-                    pass
+                chunk = _read_available(p.stderr)
+                if chunk:
+                    st["stderr"] = ["".join(st["stderr"] + [chunk])[-8000:]]
                 if st["current"] is not None and now - st["since"] > case_timeout:
-                    p.kill()
-                    p.wait()
+                    _kill(p)
                     finish(p, "timeout", f"case took more than {case_timeout} s")
     finally:
         for p in procs:
-            p.kill()
+            _kill(p)
         if own_cache:
             shutil.rmtree(cache_dir, ignore_errors=True)
     return [results[s] for s in seeds if s in results]
