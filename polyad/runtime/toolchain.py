@@ -30,7 +30,10 @@ from ..errors import CompileError
 log = logging.getLogger("polyad")
 
 BASE_FLAGS = ("-O3", "-march=native", "-fopenmp", "-shared", "-fPIC", "-std=c99")
-SANITIZE_FLAGS = {"address": ("-fsanitize=address", "-fno-omit-frame-pointer", "-g")}
+# A sanitized build is compiled at -O1 (AddressSanitizer's documented level): it checks
+# the same accesses (the C's, whatever the level), and gcc builds the conv layer's
+# gradient under ASan in 8 s instead of 21 s at -O3.
+SANITIZE_FLAGS = {"address": ("-O1", "-fsanitize=address", "-fno-omit-frame-pointer", "-g")}
 
 
 def contraction_flag(deterministic: bool) -> str:
@@ -159,8 +162,8 @@ def compile_c(source: str, name: str, sanitize: str | None = None,
     if sanitize == "address":
         require_asan_runtime()
     cc = c_compiler()
-    flags = (BASE_FLAGS + arithmetic_flags(deterministic)
-             + (SANITIZE_FLAGS[sanitize] if sanitize else ()))
+    base = BASE_FLAGS if not sanitize else tuple(f for f in BASE_FLAGS if not f.startswith("-O"))
+    flags = base + arithmetic_flags(deterministic) + (SANITIZE_FLAGS[sanitize] if sanitize else ())
     return _cached_build(source, name, ".c", [cc, *flags], ["-lm"], _compiler_identity(cc),
                          rebuild, translation_units(source, compile_jobs()))
 
