@@ -23,4 +23,8 @@ KNOWN = {
     14634: "compile time: the primal 41 s; the vjp's pipeline 132 s, about half in ISL "
            "dependence analyses of its strided clamped pieces (122 s with the 49 forked "
            "children's analyses run in process), then 780 nest functions for gcc (39 s)",
+    # found with --cases 100 --seed 14800 --full
+    14822: "compile time: the primal 63 s (ISL dependences 17 s, AST 26 s of its strided "
+           "loop's clamped and mirror pieces); the vjp's pipeline 187 s (AST 78 s, dependences "
+           "43 s, ISL scheduler 22 s), gcc 58 s",
 }
