@@ -358,8 +358,6 @@ def summarize_targets(results: list, cold: dict) -> list[str]:
             continue
         if res["bench"] in ("deconv", "stencil3d"):
             out.append(triad_share_target(res))
-            if res["bench"] == "stencil3d":
-                continue
         if res["bench"] not in ("tv", "deconv", "deconv_x", "deconv_f"):
             continue
         p = row(res, "polyad")

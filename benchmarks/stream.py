@@ -53,12 +53,12 @@ class Triad:
         self.n = max(1, nbytes // 24)
         self.nbytes = 24 * self.n
         self.a, self.b, self.c = (np.empty(self.n) for _ in range(3))
-        self._lib = lib.lib
-        self._ptrs = tuple(lib.ptr(v, "double") for v in (self.a, self.b, self.c))
-        self._lib.stream_init(*self._ptrs, self.n)
+        self.lib = lib.lib
+        self.ptrs = tuple(lib.ptr(v, "double") for v in (self.a, self.b, self.c))
+        self.lib.stream_init(*self.ptrs, self.n)
 
     def __call__(self) -> None:
-        self._lib.stream_triad(*self._ptrs, 3.0, self.n)
+        self.lib.stream_triad(*self.ptrs, 3.0, self.n)
 
     def gbs(self, seconds: float) -> float:
         """The bandwidth (GB/s) of a triad that took ``seconds``."""
@@ -67,17 +67,14 @@ class Triad:
 
 def measure(mib_per_array: int = 256, repeats: int = 10) -> dict:
     """Best-of-``repeats`` GB/s for triad, copy and sum; keys 'triad', 'copy', 'sum'."""
-    lib = _stream_lib()
-    n = mib_per_array * (1 << 20) // 8
-    a, b, c = (np.empty(n) for _ in range(3))
-    pa_, pb, pc = (lib.ptr(v, "double") for v in (a, b, c))
-    lib.lib.stream_init(pa_, pb, pc, n)
+    triad = Triad(3 * mib_per_array * (1 << 20))
+    lib, (pa_, pb, _), n = triad.lib, triad.ptrs, triad.n
     best = {"triad": 0.0, "copy": 0.0, "sum": 0.0}
     for _ in range(repeats):
         for name, call, nbytes in (
-                ("triad", lambda: lib.lib.stream_triad(pa_, pb, pc, 3.0, n), 24 * n),
-                ("copy", lambda: lib.lib.stream_copy(pa_, pb, n), 16 * n),
-                ("sum", lambda: lib.lib.stream_sum(pb, n), 8 * n)):
+                ("triad", triad, 24 * n),
+                ("copy", lambda: lib.stream_copy(pa_, pb, n), 16 * n),
+                ("sum", lambda: lib.stream_sum(pb, n), 8 * n)):
             t = time.perf_counter()
             call()
             dt = time.perf_counter() - t

@@ -96,9 +96,9 @@ def _running(pid: int) -> bool:
 
 def test_crash_and_hang_fail_only_their_case(monkeypatch, tmp_path):
     """The hanging worker first starts a child that holds its pipes open, as gcc or a
-    forked ISL analysis does when a case times out (the fuzz run of seeds 14800-14899: reading the pipe
-    then raised TypeError and ended the whole run): the timeout kills both and the run
-    goes on."""
+    forked ISL analysis does when a case times out (the fuzz run of seeds 14800-14899:
+    reading the pipe then raised TypeError and ended the whole run): the timeout kills
+    both and the run goes on."""
     monkeypatch.setenv(SELFTEST_CRASH, "2")
     monkeypatch.setenv(SELFTEST_HANG, "3")
     monkeypatch.setenv(SELFTEST_HANG_CHILD, str(tmp_path / "child.pid"))
