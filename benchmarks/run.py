@@ -247,7 +247,6 @@ def run_case(case: suite.Case, timer: Timer, args) -> dict:
     med = timer.run(calls)
     triad_s, triad_n = med.pop(TRIAD)
     triad_gbs = triad.gbs(triad_s)
-    del calls[TRIAD], triad
     for row in rows:
         for kind in ("fwd", "grad"):
             if (row["impl"], kind) in med:
