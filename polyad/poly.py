@@ -803,6 +803,15 @@ class Dependences:
             self.flow[var] = output.intersect_range(self.readers[var]).coalesce()
             self.anti[var] = isl.UnionMap.empty(output.get_space())
 
+    def accumulator_order(self, var: str) -> isl.UnionMap:
+        """The pairs of updates of the memory-based accumulator ``var`` whose first
+        instance runs first: the output dependences ``order_accumulators`` stores, here
+        made without storing them (a compilation that asks for one variable's pays for
+        that one only)."""
+        if var in self.output:
+            return self.output[var]
+        return _in_order(self.same_element[var], self.order.get_map())
+
     def all(self, space) -> isl.UnionMap:
         self.order_accumulators()
         out = isl.UnionMap.empty(space)

@@ -20,7 +20,9 @@ import pytest
 import polyad as pa
 import cuda_corpus
 from cuda_corpus import assert_matches, assert_matches_openmp, copies, kernel_of, results
+from deconv_kernels import deconvolution
 from polyad.pipeline import Options
+from polyad.schedule import why_parts_not_apart
 from polyad.runtime.cuda import DEFAULT_ARCH, DeviceArray, gpu_count
 from polyad.runtime.toolchain import CUDA_INCLUDE, NVCC_FLAGS, nvcc
 from tv_kernel import tv_cost
@@ -198,6 +200,79 @@ def test_deterministic_two_pass_reduction(name):
     for a, b, e in zip(first, again, expected):
         np.testing.assert_array_equal(a, b)
         assert_matches(a, e, name)
+
+
+Ms, Ns = pa.sizes("Ms Ns")
+
+
+@pa.kernel
+def scaled_rows(x: pa.f64[Ms, Ns], y: pa.Out(pa.f64[Ms, Ns])):
+    for m in range(Ms):
+        s = x[m, 0] * 2.0
+        for n in range(Ns):
+            y[m, n] = x[m, n] * s
+
+
+def _distributed(kernel) -> list:
+    """The loops of ``kernel``'s CUDA plan that run as one launch per part of their body."""
+    return [lp for lp in _plan(kernel).loops.values() if lp.launches]
+
+
+def _assert_sim_matches_openmp(kernel, rng, shapes) -> None:
+    sim, omp = pa.compile(kernel, target="cuda-sim"), pa.compile(kernel)
+    for shape in shapes:
+        x = rng.standard_normal(shape)
+        for a, e in zip(results(sim(x)), results(omp(x))):
+            np.testing.assert_allclose(a, e, rtol=1e-12, atol=1e-12, err_msg=str(shape))
+
+
+def test_a_row_loop_beside_border_code_runs_as_one_launch_per_part(rng):
+    """The deconvolution gradient's row loops (``benchmarks/kernels.py``) hold a column
+    loop beside other code (the forward blur's edge columns, the zeroing of d_t's edge
+    rows, the sums into d_x's last column): each part of such a body runs as a launch of
+    its own, the column loops as 2-D grids, instead of one thread per row walking its row
+    (uncoalesced, and only M threads: 5.6x slower on an H200 at 4096^2)."""
+    derived = pa.grad(deconvolution("f64"), ["x", "f"])
+    distributed = _distributed(derived)
+    assert len(distributed) >= 3
+    for lp in distributed:
+        assert "distributed over" in lp.decision()
+        assert any(len(h.band) == 2 for h in lp.launches), lp.decision()
+    sim, omp = pa.compile(derived, target="cuda-sim"), pa.compile(derived)
+    assert not re.search(r"for \(int64_t \w+ = 0; \w+ < N; \w+\+\+\)", sim.source)
+    for shape in [(1, 1), (1, 4), (2, 3), (3, 2), (4, 1), (5, 6), (7, 9)]:
+        call = dict(x=rng.standard_normal(shape), f=rng.standard_normal(5),
+                    y=rng.standard_normal(shape))
+        for a, e in zip(results(sim(**copies(call))), results(omp(**copies(call)))):
+            assert_matches(a, e, f"deconv gradient at {shape}")
+
+
+def test_parts_that_share_a_scalar_run_in_one_launch(rng):
+    """A row's scalar that its column loop reads would not reach a launch of its own (each
+    thread keeps its copy): the row loop stays one launch, and says why. The values agree
+    with OpenMP at sizes from 1."""
+    assert not _distributed(scaled_rows)
+    mappings = [lp.mapping for lp in _plan(scaled_rows).loops.values()]
+    assert any("the scalar 's' is accessed in two of the parts" in m for m in mappings)
+    _assert_sim_matches_openmp(scaled_rows, rng, [(1, 1), (1, 3), (3, 1), (4, 5)])
+
+
+def test_distribution_keeps_every_dependence_between_parts():
+    """``why_parts_not_apart`` on the deconvolution gradient's loop over the rows of d_x
+    (the column loop zeroes and sums d_x[m, n]; the statements after it add into
+    d_x[m, N - 1]): legal in the body's order; with the parts swapped, the zeroing of
+    d_x[m, N - 1] (an update pair of the accumulator d_x, ordered only when asked) would
+    come after the sums into it."""
+    plan = _plan(pa.grad(deconvolution("f64"), ["x", "f"]))
+    scheduled = plan.scheduled
+    (lp,) = [lp for lp in plan.loops.values() if lp.launches and "S0" in lp.facts.statements]
+    assert [len(h.band) for h in lp.launches] == [2, 1]
+    loop_part = sorted(plan.loops[lp.launches[0].band[1]].facts.statements)
+    after = sorted(lp.facts.statements - set(loop_part))
+    assert after and all(scheduled.statement(n).target_name == "d_x" for n in after)
+    assert why_parts_not_apart(scheduled, [loop_part, after]) == ""
+    assert why_parts_not_apart(scheduled, [after, loop_part]) == (
+        "an output dependence on 'd_x' runs from a later part to an earlier one")
 
 
 def test_many_blocks_and_a_large_reduction(rng):

@@ -6,7 +6,10 @@ dependences are honoured; this module prints it:
 - a band becomes one ``__global__`` kernel whose band loops are grid-stride
   loops (``for (i = lo + global thread index; i <= hi; i += threads in grid)``)
   and one launch, the grid sized on the host from the loops' extents (at most
-  65535 blocks per dimension; grid-stride loops cover the rest);
+  65535 blocks per dimension; grid-stride loops cover the rest); a distributed
+  loop (the plan's ``launches``) becomes one such kernel per part of its body,
+  launched in the body's order, the loop of a part that is one (under an ``if``
+  without ``else``: its condition guards the kernel's body) a further grid axis;
 - scalar reductions: a per-thread partial and ``pa_reduce_add`` (or
   ``pa_reduce_store`` + ``pa_sum_partials`` for deterministic plans);
   privatized arrays: ``pa_privatize_begin/end`` around the band, updates with
@@ -36,7 +39,7 @@ import islpy as isl
 
 from .. import ir
 from ..ir import Load
-from ..schedule.nests import ast_children, statement_names
+from ..schedule.nests import ast_children, body_nodes, statement_names
 from .c_openmp import POLYAD_VERSION, _Emitter, _flat_block, _used_scalars, cname, signature
 from .cexpr import Dialect
 
@@ -133,6 +136,12 @@ def _replace_in_code(line: str, pattern, text: str) -> str:
     return pattern.sub(text, code) + sep + comment
 
 
+def _skip_marks(node: isl.AstNode) -> isl.AstNode:
+    while node.get_type() == isl.ast_node_type.mark:
+        node = node.mark_get_node()
+    return node
+
+
 def _device_decl(decl: str) -> str:
     return re.sub(r"\brestrict\b", "__restrict__", decl)
 
@@ -202,21 +211,32 @@ class _CudaEmitter(_Emitter):
                              + body + ["}", ""])
         self.out(indent, f"PA_LAUNCH({name}, dim3(1), dim3(1), 0, {', '.join(args)});")
 
-    def grid_kernel(self, node, indent: str, host_iters: dict):
-        """A grid band: one __global__ kernel with grid-stride loops, and its launch."""
-        head = self.plan.loop(node)
-        band = [node]
+    def grid_kernel(self, node, indent: str, host_iters: dict, head=None):
+        """A grid band: one __global__ kernel with grid-stride loops, and its launch.
+
+        ``head``: one launch of the distributed loop ``node`` (its plan's ``launches``): the
+        launch runs the ``head.parts`` of the loop's body, with the loops of a part that
+        is a loop (under an ``if`` without ``else``, whose condition then guards the body)
+        as the band's further axes."""
+        head = head or self.plan.loop(node)
+        band, guard = [node], None
+        if head.parts:
+            chosen = [body_nodes(node)[p] for p in head.parts]
+            if len(head.band) > 1:
+                inner = _skip_marks(chosen[0])
+                if inner.get_type() == isl.ast_node_type.if_:
+                    guard = inner.if_get_cond()
+                    inner = _skip_marks(inner.if_get_then_node())
+                band.append(inner)
         while len(band) < len(head.band):
-            body = band[-1].for_get_body()
-            while body.get_type() == isl.ast_node_type.mark:
-                body = body.mark_get_node()
-            band.append(body)
+            band.append(_skip_marks(band[-1].for_get_body()))
+        body = ([band[-1].for_get_body()] if len(band) > 1 or not head.parts else chosen)
         name = self._kernel_name("k")
         k = self.k
         reductions = head.reductions
         lanes = {a: n for a, n in head.privatized.items() if a in head.lanes}
         privatized = {a: n for a, n in head.privatized.items() if a not in head.lanes}
-        stmts = statement_names(node)
+        stmts = [n for b in body for n in statement_names(b)]
         by_name = {n: self.sk.statement(n) for n in stmts}
         atomic = set(head.atomic) | {n for n, st in by_name.items()
                                      if isinstance(st.target, Load)
@@ -272,21 +292,27 @@ class _CudaEmitter(_Emitter):
         indent_k = "  "
         extents = []
         band_names = []
+        axes = []
         for b in band:
             lp = self.plan.loop(b)
             it = b.for_get_iterator().get_id().get_name()
             iters = {**iters, it: lp.iterator}
             init, cond, inc = self._bounds(b, iters)
             scale = "" if inc == "1" else f" * {inc}"
-            ax = lp.axis
+            ax = head.axis if b is node else lp.axis
+            axes.append(ax)
             self.out(indent_k, f"for (int64_t {lp.iterator} = {init} + (int64_t)(blockIdx.{ax} * "
                                f"blockDim.{ax} + threadIdx.{ax}){scale}; {cond}; "
                                f"{lp.iterator} += (int64_t)blockDim.{ax} * gridDim.{ax}{scale}) {{")
             indent_k += "  "
             extents.append((ax, self._extent(b, iters, band_names, init, inc)))
             band_names.append(lp.iterator)
+        if guard is not None:
+            self.out(indent_k, f"if ({self.ast_c(guard, iters)}) {{")
+            indent_k += "  "
         start = len(self.lines)
-        self.walk(band[-1].for_get_body(), indent_k, iters, frozenset(atomic))
+        for b in body:
+            self.walk(b, indent_k, iters, frozenset(atomic))
         own = {st.target.array for st in by_name.values()
                if isinstance(st.target, Load) and st.name not in atomic
                and st.target.array not in privatized and st.target.array not in lanes}
@@ -294,7 +320,7 @@ class _CudaEmitter(_Emitter):
                     | {cname(p.name) for p in k.params if not p.is_array} - set(written))
         self.lines[start:] = _own_elements(self.lines[start:], indent_k, sorted(own), constant,
                                            {a: k.array_type(a).dtype.c_type for a in own})
-        for depth in range(len(band), 0, -1):
+        for depth in range(len(band) + (guard is not None), 0, -1):
             self.out("  " * depth, "}")
         epilogue = []
         for a, n in sorted(privatized.items()):
@@ -312,18 +338,21 @@ class _CudaEmitter(_Emitter):
         body, self.lines = self.lines, saved
         self.names = self.host_names
         self.printer.array_names = saved_arrays
-        self.device_code += ([f"/* {head.decision()} */",
+        where = ""
+        if head.parts:
+            numbers = ", ".join(str(p + 1) for p in head.parts)
+            where = (f"; part{'s' if len(head.parts) > 1 else ''} {numbers} of the body of the "
+                     f"loop over {self.plan.loop(node).iterator}")
+        self.device_code += ([f"/* {head.decision()}{where} */",
                               f"__global__ void {name}({', '.join(decls)})", "{"]
                              + prologue + body + epilogue + ["}", ""])
 
         # Host side: grid size, shared memory, deterministic partial buffers.
         threads = dict(zip("xyz", head.block))
         grid = dict((ax, f"pa_blocks({ext}, {threads[ax]})") for ax, ext in extents)
-        axes = "xyz"[:len(band)]
-        grid_text = ", ".join(grid[ax] for ax in axes)
-        block_text = ", ".join(str(threads[ax]) for ax in axes)
-        loops = ", ".join(f"{self.plan.loop(b).iterator} -> {self.plan.loop(b).axis}"
-                          for b in band)
+        grid_text = ", ".join(grid[ax] for ax in "xyz"[:len(band)])
+        block_text = ", ".join(str(threads[ax]) for ax in "xyz"[:len(band)])
+        loops = ", ".join(f"{self.plan.loop(b).iterator} -> {ax}" for b, ax in zip(band, axes))
         self.out(indent, "{")
         inner = indent + "  "
         self.out(inner, f"dim3 pa_grid({grid_text});  // {loops}")
@@ -379,7 +408,8 @@ class _CudaEmitter(_Emitter):
             t = node.get_type()
             lp = self.plan.loop(node)
             if lp is not None and lp.threads:
-                self.grid_kernel(node, indent, iters)
+                for head in lp.launches or (None,):
+                    self.grid_kernel(node, indent, iters, head)
             elif t == isl.ast_node_type.block:
                 self.host(_flat_block(node), indent, iters)
             elif t == isl.ast_node_type.mark:

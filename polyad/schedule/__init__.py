@@ -11,5 +11,6 @@ target strategy is chosen here: that is ``polyad.target``'s plan.
 """
 
 from .build import (LoopFacts, ScatterFact, ScheduleCandidate, ScheduledKernel,  # noqa: F401
-                    guarded_pieces, loop_key, schedule_kernel)
+                    guarded_pieces, loop_key, schedule_kernel,
+                    why_parts_not_apart)
 from .nests import ast_children  # noqa: F401

@@ -812,6 +812,47 @@ def guarded_pieces(scheduled: ScheduledKernel) -> ScheduledKernel:
     return dataclasses.replace(scheduled, ast=cand.ast, loops=cand.loops, large_sizes=())
 
 
+def why_parts_not_apart(scheduled: ScheduledKernel, parts: list) -> str:
+    """Why the body of a loop, split into consecutive ``parts`` (lists of statement names,
+    in the body's order), may not run as one copy of the loop per part, the copies in
+    that order (loop distribution); "" when it may.
+
+    Distribution runs every instance of an earlier part before every instance of a later
+    one. Instances of one iteration keep their order, and so do those of one part; what
+    changes is that a later part's instance in an iteration now follows an earlier part's
+    instances of later iterations. So it is legal when no dependence runs from a
+    statement of a later part to one of an earlier part (for the accumulators, whose
+    dependences are unordered pairs of updates, ``Dependences.accumulator_order``).
+    One further condition is conservative: no scalar is accessed in two parts (a value
+    the loop's threads keep privately would not survive from one copy to the next).
+    """
+    part_of = {name: k for k, names in enumerate(parts) for name in names}
+    by_name = {st.name: st for st in scheduled.kernel.statements}
+    scalars = {n for n, _ in scheduled.kernel.locals}
+    deps = scheduled.deps
+    parts_of: dict = {}
+    for name, k in part_of.items():
+        st = by_name[name]
+        for var in st.read_names() | {st.target_name}:
+            parts_of.setdefault(var, set()).add(k)
+    for var, ks in sorted(parts_of.items()):
+        if len(ks) > 1 and var in scalars:
+            return f"the scalar {var!r} is accessed in two of the parts"
+    relations = [(kind, var, umap) for kind in ("flow", "anti", "output")
+                 for var, umap in getattr(deps, kind).items()]
+    relations += [("output", var, deps.accumulator_order(var)) for var in deps.same_element
+                  if var not in deps.output and len(parts_of.get(var, ())) > 1]
+    for kind, var, umap in relations:
+        for m in maps_of(umap):
+            src = part_of.get(m.get_tuple_name(isl.dim_type.in_))
+            dst = part_of.get(m.get_tuple_name(isl.dim_type.out))
+            if src is not None and dst is not None and src > dst and not m.is_empty():
+                article = "a" if kind == "flow" else "an"
+                return (f"{article} {kind} dependence on {var!r} runs from a later part to an "
+                        f"earlier one")
+    return ""
+
+
 def _atomic_loops(schedule: isl.Schedule) -> isl.Schedule:
     """Ask for one loop per band member, whatever the pieces (conditions inside)."""
 

@@ -84,6 +84,22 @@ def ast_children(node: isl.AstNode) -> list:
     return []
 
 
+def body_nodes(loop: isl.AstNode) -> list:
+    """The nodes the body of the for-node ``loop`` runs one after another: marks looked
+    through, a block's children (nested blocks spliced in), else the body itself."""
+    out, todo = [], [loop.for_get_body()]
+    while todo:
+        node = todo.pop(0)
+        t = node.get_type()
+        if t == isl.ast_node_type.mark:
+            todo.insert(0, node.mark_get_node())
+        elif t == isl.ast_node_type.block:
+            todo[:0] = ast_children(node)
+        else:
+            out.append(node)
+    return out
+
+
 def contains_for(node: isl.AstNode) -> bool:
     """A for-node at or below ``node``."""
     return node.get_type() == isl.ast_node_type.for_ or any(
