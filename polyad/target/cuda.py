@@ -19,7 +19,8 @@
   per part of its body, in order, the loop parts as 2-D grids, where the
   schedule proves the parts may run apart (``schedule.why_parts_not_apart``).
   One thread walking a whole row is uncoalesced and leaves most of the GPU
-  idle: the 4096x4096 deconvolution gradient ran 5.6x slower so on an H200.
+  idle: the float32 4096x4096 deconvolution gradient took 23.5 ms so on an
+  H200, 1.9 ms distributed.
 - **Scalar reductions** carried by the band: a per-thread partial, one block
   reduction (warp shuffles, shared memory) and one ``atomicAdd`` per block;
   ``deterministic=True``: block sums stored, then added in a fixed order
