@@ -27,6 +27,7 @@ ASAN_SEEDS = [s for s in range(16, 19) if s not in KNOWN] + [7100]
 # moved behind writes of what they read), 3354 (partials that cancel), 10208 (ISL unable
 # to bound a width with a rational coefficient, in poly.few_values).
 FIXED_SEEDS = [3107, 3209, 3265, 3354, 10208]
+CUDA_SEEDS = [0, 3, 6]
 
 
 def _report(results):
@@ -61,6 +62,18 @@ def test_fuzz_slice_under_asan():
     results = run_cases(ASAN_SEEDS, workers=2, case_timeout=300, sanitize="address")
     assert all(r["status"] != "fail" for r in results), _report(results)
     assert all("AddressSanitizer" not in r["message"] for r in results)
+
+
+def test_fuzz_slice_on_the_cuda_simulator():
+    """The CUDA target's text, run by its CPU simulator, on a few seeds with every check
+    (values at every size set, the deterministic build, the vjp against finite
+    differences and JAX): grid bands, distributed loops and block reductions against
+    the reference translation."""
+    results = run_cases(CUDA_SEEDS, workers=2, case_timeout=300, full=True, target="cuda-sim")
+    assert len(results) == len(CUDA_SEEDS)
+    assert all(r["status"] == "ok" for r in results), _report(results) or results
+    checks = {c for r in results for c in r["checks"]}
+    assert {"values", "deterministic", "vjp-fd", "vjp-jax"} <= checks, checks
 
 
 def test_generator_is_deterministic_and_well_formed():

@@ -1,10 +1,11 @@
-"""``python -m tests.fuzz --cases N --seed S [--workers W] [--full] [--asan K]``.
+"""``python -m tests.fuzz --cases N --seed S [--workers W] [--full] [--asan K] [--cuda-sim K]``.
 
 Runs cases S .. S+N-1 in worker subprocesses (a crash or hang fails only its
 case), prints each failure and a summary; exit status 1 when any case failed.
 ``--full`` runs every check on every case (default: the CI plan, which spreads
 gradient, JAX and deterministic checks over the seeds); ``--asan K`` also runs
-the first K cases under AddressSanitizer.
+the first K cases under AddressSanitizer; ``--cuda-sim K`` the first K cases
+built for the CUDA target and run by its CPU simulator, with every check.
 """
 
 import argparse
@@ -24,6 +25,9 @@ def main(argv=None) -> int:
     ap.add_argument("--full", action="store_true", help="every check on every case")
     ap.add_argument("--asan", type=int, default=0, metavar="K",
                     help="also run the first K cases under AddressSanitizer")
+    ap.add_argument("--cuda-sim", type=int, default=0, metavar="K",
+                    help="also run the first K cases built for the CUDA target, through its "
+                         "CPU simulator (every check but ASan)")
     ap.add_argument("-v", "--verbose", action="store_true", help="print each case's result")
     args = ap.parse_args(argv)
     seeds = list(range(args.seed, args.seed + args.cases))
@@ -41,6 +45,12 @@ def main(argv=None) -> int:
         print(f"-- under ASan: seeds {seeds[:args.asan]}", flush=True)
         asan = run_cases(seeds[:args.asan], workers=args.workers, case_timeout=args.timeout * 3,
                          full=False, sanitize="address", on_result=show)
+    cuda = []
+    if args.cuda_sim:
+        print(f"-- CUDA target (simulator): seeds {seeds[:args.cuda_sim]}", flush=True)
+        cuda = run_cases(seeds[:args.cuda_sim], workers=args.workers,
+                         case_timeout=args.timeout * 2, full=True, target="cuda-sim",
+                         on_result=show)
     elapsed = time.perf_counter() - start
     status = collections.Counter(r["status"] for r in results)
     checks = collections.Counter(c for r in results for c in r["checks"])
@@ -53,9 +63,13 @@ def main(argv=None) -> int:
                                       if r["status"] == "unsupported")
     for msg, n in unsupported.most_common(10):
         print(f"  unsupported x{n}: {msg}")
-    failed = [r["seed"] for r in results + asan if r["status"] == "fail"]
+    failed = [r["seed"] for r in results + asan + cuda if r["status"] == "fail"]
     if asan:
         print(f"ASan: {len(asan)} cases, failed {sum(r['status'] == 'fail' for r in asan)}")
+    if cuda:
+        print(f"CUDA (simulator): {len(cuda)} cases, failed "
+              f"{sum(r['status'] == 'fail' for r in cuda)}, unsupported "
+              f"{sum(r['status'] == 'unsupported' for r in cuda)}")
     if failed:
         print(f"FAILED seeds: {failed}")
     return 1 if failed else 0

@@ -161,7 +161,10 @@ def _is_polyad_error(exc) -> bool:
 
 
 def check_case(case: Case, workdir: str, grads: bool = True, use_jax: bool = True,
-               deterministic: bool = True, sanitize=None) -> Result:
+               deterministic: bool = True, sanitize=None, target: str = "openmp") -> Result:
+    """Check ``case`` built for ``target`` ("openmp", or "cuda-sim": the CUDA target's text
+    run by its CPU simulator) against its reference translation, and its vjp against
+    finite differences (and JAX)."""
     import polyad as pa
     res = Result(case.seed, features=sorted(case.features))
     stage = "define"
@@ -169,7 +172,7 @@ def check_case(case: Case, workdir: str, grads: bool = True, use_jax: bool = Tru
         kern = load_kernel(case, workdir)
         ref = load_reference(case)
         stage = "compile"
-        ck = pa.compile(kern, sanitize=sanitize)
+        ck = pa.compile(kern, target=target, sanitize=sanitize)
         rng = np.random.default_rng(case.seed)
         valid_sets = []
         for sizes in case.size_sets:
@@ -197,7 +200,7 @@ def check_case(case: Case, workdir: str, grads: bool = True, use_jax: bool = Tru
         res.checks.append("values")
         if deterministic and sanitize is None:
             stage = "deterministic"
-            dk = pa.compile(kern, deterministic=True)
+            dk = pa.compile(kern, target=target, deterministic=True)
             for sizes, arrays, scalars in valid_sets[-2:]:
                 runs = []
                 for threads in (1, 2):
@@ -214,7 +217,8 @@ def check_case(case: Case, workdir: str, grads: bool = True, use_jax: bool = Tru
         set_threads(2)
         if grads and valid_sets:
             stage = "vjp"
-            check_vjp(case, kern, ck, ref, valid_sets, res, use_jax, deterministic, sanitize)
+            check_vjp(case, kern, ck, ref, valid_sets, res, use_jax, deterministic, sanitize,
+                      target)
     except (Mismatch, GeneratorBug) as exc:
         res.status, res.stage, res.message = "fail", stage, str(exc)
     except _Stage as exc:
@@ -241,7 +245,8 @@ def _objective(got: dict, cots: dict) -> float:
     return float(sum(np.sum(np.asarray(got[n], np.float64) * c) for n, c in cots.items()))
 
 
-def check_vjp(case, kern, ck, ref, valid_sets, res, use_jax, deterministic, sanitize):
+def check_vjp(case, kern, ck, ref, valid_sets, res, use_jax, deterministic, sanitize,
+              target="openmp"):
     import polyad as pa
     wrt = _wrt(case)
     if not wrt:
@@ -250,7 +255,7 @@ def check_vjp(case, kern, ck, ref, valid_sets, res, use_jax, deterministic, sani
     try:
         vk = pa.vjp(kern, wrt)
         res_stage = "vjp-compile"
-        vc = pa.compile(vk, sanitize=sanitize)
+        vc = pa.compile(vk, target=target, sanitize=sanitize)
     except pa.PolyadError as exc:
         raise _Stage(res_stage, exc) from exc
     rng = np.random.default_rng(case.seed + 1)
@@ -283,7 +288,7 @@ def check_vjp(case, kern, ck, ref, valid_sets, res, use_jax, deterministic, sani
         if use_jax:
             _check_jax(case, ref, arrays, scalars, sizes, cot64, grads, stage)
         if deterministic and sanitize is None:
-            dv = pa.compile(vk, deterministic=True)
+            dv = pa.compile(vk, target=target, deterministic=True)
             runs = []
             for threads in (1, 2):
                 set_threads(threads)

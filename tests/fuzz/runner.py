@@ -36,7 +36,7 @@ def plan(seed: int) -> dict:
     return {"grads": seed % 3 == 0, "use_jax": seed % 6 == 0, "deterministic": seed % 4 == 1}
 
 
-def worker(seeds, full: bool, sanitize) -> None:
+def worker(seeds, full: bool, sanitize, target: str = "openmp") -> None:
     sys.path.insert(0, REPO)
     from tests.fuzz.check import check_case
     from tests.fuzz.gen import generate
@@ -65,7 +65,8 @@ def worker(seeds, full: bool, sanitize) -> None:
                 opts["deterministic"] = False
                 opts["use_jax"] = False    # jaxlib does not run under an ASan preload
             start = time.perf_counter()
-            result = check_case(generate(seed), workdir, sanitize=sanitize, **opts).as_dict()
+            result = check_case(generate(seed), workdir, sanitize=sanitize, target=target,
+                                **opts).as_dict()
             result["seconds"] = round(time.perf_counter() - start, 3)
             print(DONE + json.dumps(result), flush=True)
     finally:
@@ -94,10 +95,10 @@ def asan_preload() -> str:
     return " ".join(p for p in (libasan(), gcc_library("libstdc++.so")) if p)
 
 
-def _spawn(seeds, full, sanitize, env):
+def _spawn(seeds, full, sanitize, target, env):
     """A worker on ``seeds``, in a process group of its own (``_kill``)."""
     cmd = [sys.executable, "-m", "tests.fuzz.runner"] + (["--full"] if full else []) + \
-          (["--sanitize"] if sanitize else []) + [str(s) for s in seeds]
+          (["--sanitize"] if sanitize else []) + [f"--target={target}"] + [str(s) for s in seeds]
     return subprocess.Popen(cmd, cwd=REPO, env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
 
@@ -135,8 +136,9 @@ def _env(sanitize, cache_dir):
 
 
 def run_cases(seeds, workers: int = 2, case_timeout: float = 120.0, full: bool = False,
-              sanitize=None, cache_dir=None, on_result=None) -> list[dict]:
-    """Check ``seeds`` in ``workers`` parallel subprocesses; returns one dict per seed."""
+              sanitize=None, cache_dir=None, on_result=None, target: str = "openmp") -> list[dict]:
+    """Check ``seeds`` in ``workers`` parallel subprocesses, built for ``target``
+    (``check.check_case``); returns one dict per seed."""
     own_cache = cache_dir is None
     cache_dir = cache_dir or tempfile.mkdtemp(prefix="polyad-fuzz-cache-")
     if sanitize:
@@ -154,7 +156,7 @@ def run_cases(seeds, workers: int = 2, case_timeout: float = 120.0, full: bool =
     def start(chunk):
         if not chunk:
             return
-        p = _spawn(chunk, full, sanitize, env)
+        p = _spawn(chunk, full, sanitize, target, env)
         procs[p] = {"pending": list(chunk), "current": None, "since": time.monotonic(),
                     "stderr": [], "partial": b""}
         sel.register(p.stdout, selectors.EVENT_READ, p)
@@ -229,4 +231,5 @@ if __name__ == "__main__":
     args = sys.argv[1:]
     full = "--full" in args
     san = "address" if "--sanitize" in args else None
-    worker([int(a) for a in args if not a.startswith("--")], full, san)
+    targets = [a.split("=", 1)[1] for a in args if a.startswith("--target=")]
+    worker([int(a) for a in args if not a.startswith("--")], full, san, *targets)
