@@ -39,7 +39,7 @@ import islpy as isl
 
 from .. import ir
 from ..ir import Load
-from ..schedule.nests import ast_children, body_nodes, statement_names
+from ..schedule.nests import ast_children, body_nodes, skip_marks, statement_names
 from .c_openmp import POLYAD_VERSION, _Emitter, _flat_block, _used_scalars, cname, signature
 from .cexpr import Dialect
 
@@ -136,12 +136,6 @@ def _replace_in_code(line: str, pattern, text: str) -> str:
     return pattern.sub(text, code) + sep + comment
 
 
-def _skip_marks(node: isl.AstNode) -> isl.AstNode:
-    while node.get_type() == isl.ast_node_type.mark:
-        node = node.mark_get_node()
-    return node
-
-
 def _device_decl(decl: str) -> str:
     return re.sub(r"\brestrict\b", "__restrict__", decl)
 
@@ -223,13 +217,13 @@ class _CudaEmitter(_Emitter):
         if head.parts:
             chosen = [body_nodes(node)[p] for p in head.parts]
             if len(head.band) > 1:
-                inner = _skip_marks(chosen[0])
+                inner = skip_marks(chosen[0])
                 if inner.get_type() == isl.ast_node_type.if_:
                     guard = inner.if_get_cond()
-                    inner = _skip_marks(inner.if_get_then_node())
+                    inner = skip_marks(inner.if_get_then_node())
                 band.append(inner)
         while len(band) < len(head.band):
-            band.append(_skip_marks(band[-1].for_get_body()))
+            band.append(skip_marks(band[-1].for_get_body()))
         body = ([band[-1].for_get_body()] if len(band) > 1 or not head.parts else chosen)
         name = self._kernel_name("k")
         k = self.k

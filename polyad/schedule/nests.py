@@ -84,6 +84,13 @@ def ast_children(node: isl.AstNode) -> list:
     return []
 
 
+def skip_marks(node: isl.AstNode) -> isl.AstNode:
+    """The node a chain of mark nodes wraps (``node`` itself when it is no mark)."""
+    while node.get_type() == isl.ast_node_type.mark:
+        node = node.mark_get_node()
+    return node
+
+
 def body_nodes(loop: isl.AstNode) -> list:
     """The nodes the body of the for-node ``loop`` runs one after another: marks looked
     through, a block's children (nested blocks spliced in), else the body itself."""

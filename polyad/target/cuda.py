@@ -57,7 +57,7 @@ from ..runtime.cuda import DEFAULT_ARCH, CudaKernel
 from ..runtime.toolchain import CUDA_INCLUDE
 from ..schedule import (LoopFacts, ScheduledKernel, ast_children, guarded_pieces, loop_key,
                         why_parts_not_apart)
-from ..schedule.nests import STATEMENT_GROUP, body_nodes, statement_names
+from ..schedule.nests import STATEMENT_GROUP, body_nodes, skip_marks, statement_names
 from .openmp import _Planner, _small
 from .openmp import plan as openmp_plan
 
@@ -209,9 +209,7 @@ class _CudaPlanner(_Planner):
     def band(self, node) -> list:
         band = [node]
         while len(band) < 3:
-            body = band[-1].for_get_body()
-            while body.get_type() == isl.ast_node_type.mark:
-                body = body.mark_get_node()
+            body = skip_marks(band[-1].for_get_body())
             if body.get_type() != isl.ast_node_type.for_ or not self.eligible(self.facts(body)):
                 break
             band.append(body)
@@ -257,12 +255,12 @@ class _CudaPlanner(_Planner):
             self.walk(c, {**iters, it: name}, in_grid)
 
     def grid_loop(self, node) -> Optional[isl.AstNode]:
-        """The loop ``node`` is, or the loop an ``if`` without ``else`` runs (marks looked
-        through), when it may be a grid axis: parallel without atomics and not small."""
-        while node.get_type() == isl.ast_node_type.mark:
-            node = node.mark_get_node()
+        """The loop ``node`` is, or the loop that an ``if`` without ``else`` runs as its
+        whole body (marks looked through), when it may be a grid axis: parallel without
+        atomics and not small."""
+        node = skip_marks(node)
         if node.get_type() == isl.ast_node_type.if_ and not node.if_has_else_node():
-            return self.grid_loop(node.if_get_then_node())
+            node = skip_marks(node.if_get_then_node())
         f = self.facts(node)
         if self.eligible(f) and not self.strategy(f)[1] and not _small(f):
             return node
