@@ -30,7 +30,7 @@ from .. import ir
 from ..ir import Load
 from ..schedule.build import SMALL_SIZES
 from ..schedule.merge import MergedUpdate, merge_updates
-from ..schedule.nests import ast_children, user_nodes, user_statements
+from ..schedule.nests import ast_children, sequence_nodes, user_nodes, user_statements
 from ..schedule.simplify import simplify_run
 from ..version import __version__ as POLYAD_VERSION
 from .cexpr import (AST_HELPERS, C99, CPrinter, Dialect, ast_expr_c, ast_expr_ir, cname,
@@ -224,7 +224,7 @@ class _Emitter:
         if team and t != isl.ast_node_type.block and not self.plan.shares_work(node):
             self.single([node], indent, iters, atomic)
         elif t == isl.ast_node_type.block:
-            kids = _flat_block(node)
+            kids = sequence_nodes(node)
             if not team:
                 self.sequence(kids, indent, iters, atomic)
                 return
@@ -462,7 +462,7 @@ class _Emitter:
         a selection), and the block runs when the loop runs at least once (no condition
         where every moved read has constant indices within constant extents), so a
         moved read is one the loop made: in bounds."""
-        kids = _body_nodes(node.for_get_body())
+        kids = sequence_nodes(node.for_get_body())
         if any(kid.get_type() != isl.ast_node_type.user for kid in kids):
             return {}
         run = simplify_run(self.copies([st for kid in kids
@@ -570,7 +570,7 @@ class _Emitter:
         name, n = lp.iterator, lp.lane_sums
         bound = self.ast_c(cond.get_op_arg(1), iters)
         rel = "<=" if cond.get_op_type() == T.le else "<"
-        users = _body_nodes(node.for_get_body())
+        users = sequence_nodes(node.for_get_body())
         taken = set(self.names.values()) | set(iters.values())
         lane = _fresh(name + "_lane", taken)
         self.shift = (name, lane)
@@ -632,7 +632,7 @@ class _Emitter:
         self.out(inner, f"int64_t {name} = {init};")
         self.out(inner, f"for (; {name} + {width - 1} {rel} {bound}; {name} += {width}) {{  "
                         f"// {width} values of {name} per pass{where}")
-        for kid in _body_nodes(node.for_get_body()):
+        for kid in sequence_nodes(node.for_get_body()):
             together = any(st.name in jammed for u in user_nodes(kid)
                            for st, _ in user_statements(u, self.by_name))
             for values in ([range(width)] if together else [(q,) for q in range(width)]):
@@ -742,22 +742,6 @@ def _index_part(i: ir.Expr) -> Optional[str]:
             and i.a.name.isidentifier() and isinstance(i.b, ir.Const) and i.b.value > 0):
         return f"{i.a.name}{i.b.value}"
     return None
-
-
-def _flat_block(node: isl.AstNode) -> list:
-    """The children of a block, with nested blocks (mere sequences) spliced in."""
-    ch = node.block_get_children()
-    out = []
-    for k in range(ch.n_ast_node()):
-        kid = ch.get_at(k)
-        out += _flat_block(kid) if kid.get_type() == isl.ast_node_type.block else [kid]
-    return out
-
-
-def _body_nodes(body: isl.AstNode) -> list:
-    """The nodes a loop body runs one after another: a block's children (nested blocks
-    spliced in), else the body itself."""
-    return _flat_block(body) if body.get_type() == isl.ast_node_type.block else [body]
 
 
 def _outer_loop_count(node: isl.AstNode) -> int:

@@ -39,8 +39,8 @@ import islpy as isl
 
 from .. import ir
 from ..ir import Load
-from ..schedule.nests import ast_children, body_nodes, skip_marks, statement_names
-from .c_openmp import POLYAD_VERSION, _Emitter, _flat_block, _used_scalars, cname, signature
+from ..schedule.nests import ast_children, sequence_nodes, skip_marks, statement_names
+from .c_openmp import POLYAD_VERSION, _Emitter, _used_scalars, cname, signature
 from .cexpr import Dialect
 
 # Threads assumed along a grid dimension whose extent the host cannot compute
@@ -215,7 +215,7 @@ class _CudaEmitter(_Emitter):
         head = head or self.plan.loop(node)
         band, guard = [node], None
         if head.parts:
-            chosen = [body_nodes(node)[p] for p in head.parts]
+            chosen = [sequence_nodes(node.for_get_body())[p] for p in head.parts]
             if len(head.band) > 1:
                 inner = skip_marks(chosen[0])
                 if inner.get_type() == isl.ast_node_type.if_:
@@ -405,7 +405,7 @@ class _CudaEmitter(_Emitter):
                 for head in lp.launches or (None,):
                     self.grid_kernel(node, indent, iters, head)
             elif t == isl.ast_node_type.block:
-                self.host(_flat_block(node), indent, iters)
+                self.host(sequence_nodes(node), indent, iters)
             elif t == isl.ast_node_type.mark:
                 self.host([node.mark_get_node()], indent, iters)
             elif t == isl.ast_node_type.for_:

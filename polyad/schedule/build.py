@@ -825,6 +825,8 @@ def why_parts_not_apart(scheduled: ScheduledKernel, parts: list) -> str:
     dependences are unordered pairs of updates, ``Dependences.accumulator_order``).
     One further condition is conservative: no scalar is accessed in two parts (a value
     the loop's threads keep privately would not survive from one copy to the next).
+    (``distribute.conflicts_across_iterations``, the IR passes' test, asks about loops of
+    the IR; an AST loop of ISL's schedule need not be one.)
     """
     part_of = {name: k for k, names in enumerate(parts) for name in names}
     by_name = {st.name: st for st in scheduled.kernel.statements}

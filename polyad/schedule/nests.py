@@ -91,20 +91,12 @@ def skip_marks(node: isl.AstNode) -> isl.AstNode:
     return node
 
 
-def body_nodes(loop: isl.AstNode) -> list:
-    """The nodes the body of the for-node ``loop`` runs one after another: marks looked
-    through, a block's children (nested blocks spliced in), else the body itself."""
-    out, todo = [], [loop.for_get_body()]
-    while todo:
-        node = todo.pop(0)
-        t = node.get_type()
-        if t == isl.ast_node_type.mark:
-            todo.insert(0, node.mark_get_node())
-        elif t == isl.ast_node_type.block:
-            todo[:0] = ast_children(node)
-        else:
-            out.append(node)
-    return out
+def sequence_nodes(node: isl.AstNode) -> list:
+    """The nodes ``node`` runs one after another: a block's children (nested blocks, mere
+    sequences, spliced in), else ``node`` itself."""
+    if node.get_type() != isl.ast_node_type.block:
+        return [node]
+    return [kid for child in ast_children(node) for kid in sequence_nodes(child)]
 
 
 def contains_for(node: isl.AstNode) -> bool:

@@ -57,7 +57,7 @@ from ..runtime.cuda import DEFAULT_ARCH, CudaKernel
 from ..runtime.toolchain import CUDA_INCLUDE
 from ..schedule import (LoopFacts, ScheduledKernel, ast_children, guarded_pieces, loop_key,
                         why_parts_not_apart)
-from ..schedule.nests import STATEMENT_GROUP, body_nodes, skip_marks, statement_names
+from ..schedule.nests import STATEMENT_GROUP, sequence_nodes, skip_marks, statement_names
 from .openmp import _Planner, _small
 from .openmp import plan as openmp_plan
 
@@ -96,7 +96,7 @@ class CudaLoopPlan:
     simd: bool = False
     region: str = ""  # no OpenMP-style parallel regions: each grid is its own launch
     # a distributed loop (``_CudaPlanner.distribute``): one head per launch, each with the
-    # ``parts`` of the loop's body (indices into ``schedule.nests.body_nodes``) it runs
+    # ``parts`` of the loop's body it runs (indices into ``schedule.nests.sequence_nodes``)
     launches: tuple = ()
     parts: tuple = ()
 
@@ -187,10 +187,6 @@ class CudaPlan:
 class _CudaPlanner(_Planner):
     """Chooses the grid bands; names iterators as the OpenMP planner does."""
 
-    def __init__(self, scheduled, deterministic: bool):
-        super().__init__(scheduled, deterministic)
-        self.refused: dict = {}  # loop key -> why its body's parts may not run apart
-
     def eligible(self, facts: Optional[LoopFacts]) -> bool:
         if facts is None or not facts.parallel:
             return False
@@ -237,8 +233,9 @@ class _CudaPlanner(_Planner):
             atomics = any(self.strategy(f)[1] for f in band_facts)
             if not ((all(_small(f) for f in band_facts) or atomics)
                     and self.clean_inside(band[-1])):
-                if len(band) > 1 or not self.distribute(node, facts, iters):
-                    self.grid_band(band, band_facts, iters)
+                refused = self.distribute(node, facts, iters) if len(band) == 1 else ""
+                if refused is not None:
+                    self.grid_band(band, band_facts, iters, refused=refused)
                 return
             why = ("left sequential: too few iterations for a grid, and a loop inside is long"
                    if not atomics else
@@ -266,17 +263,18 @@ class _CudaPlanner(_Planner):
             return node
         return None
 
-    def distribute(self, node, facts: LoopFacts, iters: dict) -> bool:
+    def distribute(self, node, facts: LoopFacts, iters: dict) -> Optional[str]:
         """Plan the grid loop ``node`` as one launch per part of its body when a part is a
         loop that can be a second grid axis and the parts may run apart
         (``schedule.why_parts_not_apart``): a row loop whose body holds an interior loop
         beside border statements, or a zeroing beside a summing loop, then runs as 2-D
         grids (adjacent threads on adjacent columns: coalesced) instead of one thread per
         row walking its row. Consecutive other children make one part, a 1-D launch.
-        False (nothing planned) otherwise."""
+        Returns None when planned so, else why not ("" where distribution would not deepen
+        the grid), and plans nothing."""
         if not isinstance(self.scheduled, ScheduledKernel):
-            return False  # a candidate being scored: the grid's depth does not change it
-        children = body_nodes(node)
+            return ""  # a candidate being scored: the grid's depth does not change it
+        children = sequence_nodes(node.for_get_body())
         parts, run = [], []
         for k, child in enumerate(children):
             loop = self.grid_loop(child)
@@ -290,12 +288,11 @@ class _CudaPlanner(_Planner):
         if run:
             parts.append((tuple(run), None))
         if len(parts) < 2 or all(loop is None for _, loop in parts):
-            return False
+            return ""
         names = [[n for k in ks for n in statement_names(children[k])] for ks, _ in parts]
         why = why_parts_not_apart(self.scheduled, names)
         if why:
-            self.refused[facts.key] = why
-            return False
+            return why
         heads = []
         for (ks, loop), part_names in zip(parts, names):
             band = [node] + (self.band(loop)[:2] if loop is not None else [])
@@ -307,13 +304,13 @@ class _CudaPlanner(_Planner):
             mapping=("parallel loop whose body holds a grid loop beside other code: the "
                      "body's parts run as launches of their own, in order (no dependence "
                      "runs from a later part to an earlier one)"))
-        return True
+        return None
 
-    def grid_band(self, band: list, band_facts: list, iters: dict, part=None):
+    def grid_band(self, band: list, band_facts: list, iters: dict, part=None, refused=""):
         """Plan ``band`` as one launch. ``part``: (indices, statement names, nodes) of the
         part of the first loop's body that the launch runs, for a distributed loop; the
         head's plan is then returned (the loop's entry holds its launches) instead of
-        recorded."""
+        recorded. ``refused``: why the first loop's body does not run one launch per part."""
         reductions, privatized, atomic = {}, {}, frozenset()
         for f in band_facts:
             reductions.update(f.reductions)
@@ -340,8 +337,8 @@ class _CudaPlanner(_Planner):
                        f"grid-stride loop{'s' if len(band) > 1 else ''} over "
                        f"{'x'.join(map(str, block[:len(band)]))}-thread blocks"
                        if head else f"grid axis {axis} of the enclosing launch")
-            if head and f.key in self.refused:
-                mapping += f" (not one launch per part of its body: {self.refused[f.key]})"
+            if head and refused:
+                mapping += f" (not one launch per part of its body: {refused})"
             lp = CudaLoopPlan(
                 f, name, threads=True, axis=axis, band=keys if head else (),
                 block=block if head else (), reductions=reductions if head else {},
