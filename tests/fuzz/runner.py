@@ -231,5 +231,5 @@ if __name__ == "__main__":
     args = sys.argv[1:]
     full = "--full" in args
     san = "address" if "--sanitize" in args else None
-    targets = [a.split("=", 1)[1] for a in args if a.startswith("--target=")]
-    worker([int(a) for a in args if not a.startswith("--")], full, san, *targets)
+    target = next((a.split("=", 1)[1] for a in args if a.startswith("--target=")), "openmp")
+    worker([int(a) for a in args if not a.startswith("--")], full, san, target)
