@@ -23,6 +23,7 @@ from cuda_corpus import assert_matches, assert_matches_openmp, copies, kernel_of
 from deconv_kernels import deconvolution
 from polyad.pipeline import Options
 from polyad.schedule import why_parts_not_apart
+from polyad.testing import call_interpreted
 from polyad.runtime.cuda import DEFAULT_ARCH, DeviceArray, gpu_count
 from polyad.runtime.toolchain import CUDA_INCLUDE, NVCC_FLAGS, nvcc
 from tv_kernel import tv_cost
@@ -219,10 +220,14 @@ def _distributed(kernel) -> list:
 
 
 def _assert_sim_matches_openmp(kernel, rng, shapes) -> None:
+    """The simulator's results equal OpenMP's and the reference interpreter's."""
     sim, omp = pa.compile(kernel, target="cuda-sim"), pa.compile(kernel)
     for shape in shapes:
         x = rng.standard_normal(shape)
-        for a, e in zip(results(sim(x)), results(omp(x))):
+        got = results(sim(x))
+        for a, e in zip(got, results(omp(x))):
+            np.testing.assert_allclose(a, e, rtol=1e-12, atol=1e-12, err_msg=str(shape))
+        for a, e in zip(got, results(call_interpreted(kernel, x))):
             np.testing.assert_allclose(a, e, rtol=1e-12, atol=1e-12, err_msg=str(shape))
 
 
@@ -243,8 +248,11 @@ def test_a_row_loop_beside_border_code_runs_as_one_launch_per_part(rng):
     for shape in [(1, 1), (1, 4), (2, 3), (3, 2), (4, 1), (5, 6), (7, 9)]:
         call = dict(x=rng.standard_normal(shape), f=rng.standard_normal(5),
                     y=rng.standard_normal(shape))
-        for a, e in zip(results(sim(**copies(call))), results(omp(**copies(call)))):
+        got = results(sim(**copies(call)))
+        for a, e in zip(got, results(omp(**copies(call)))):
             assert_matches(a, e, f"deconv gradient at {shape}")
+        for a, e in zip(got, results(call_interpreted(derived, **copies(call)))):
+            assert_matches(a, e, f"deconv gradient at {shape}, against the interpreter")
 
 
 def test_parts_that_share_a_scalar_run_in_one_launch(rng):
