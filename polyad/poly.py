@@ -1154,10 +1154,17 @@ def text_within_seconds(compute: Callable[[], Optional[str]], seconds: float) \
     return b"".join(chunks).decode(), ""
 
 
-# Seconds a forked child may take for ISL work on strided statements that crashed ISL
-# in this process (the AST generation of ``strided_ast_build_crashes``, the exact
-# dependence analysis of ``_variable_dependences``); past them, the safe fallback.
+# Seconds a forked child may take for the exact dependence analysis of strided
+# statements (``_variable_dependences``), which crashed ISL in this process; past them,
+# the memory-based dependences.
 STRIDED_PROBE_SECONDS = 60.0
+
+# Seconds a forked child may take for the separated AST generation of strided domains
+# (``strided_ast_build_crashes``); past them, one loop per band. The separated builds
+# that succeed take well under a second (the corpora's, the fuzzer's); the one that
+# crashed ISL (seed 13148) did so after about a minute of work on this machine, which
+# every compile of its kernel waited for under the dependence analysis' bound.
+AST_PROBE_SECONDS = 10.0
 
 
 def _has_existentials(instances: isl.UnionSet) -> bool:
@@ -1171,7 +1178,7 @@ def _has_existentials(instances: isl.UnionSet) -> bool:
 
 def strided_ast_build_crashes(context: isl.Set, tree: isl.Schedule) -> bool:
     """Whether ISL's AST generation of ``tree`` under ``context`` crashes or runs past
-    ``STRIDED_PROBE_SECONDS``, probed in a forked child (``text_within_seconds``) where
+    ``AST_PROBE_SECONDS``, probed in a forked child (``text_within_seconds``) where
     the domain has existential variables (``_has_existentials``); False for other
     domains. A fuzz kernel's vjp (seed 13148: a loop ``range(1, M, 2)``, clamped writes
     of an output) made ``node_from_schedule`` segfault on its separation options; built
@@ -1184,7 +1191,7 @@ def strided_ast_build_crashes(context: isl.Set, tree: isl.Schedule) -> bool:
         isl.AstBuild.from_context(context).node_from_schedule(tree)
         return "built"
 
-    text, _ = text_within_seconds(build, STRIDED_PROBE_SECONDS)
+    text, _ = text_within_seconds(build, AST_PROBE_SECONDS)
     return text is None
 
 
