@@ -16,7 +16,8 @@ from .errors import PolyadError
 from .frontend.c_frontend import parse_c
 from .frontend.python_dsl import parse_func, parse_kernel
 from .frontend.sources import function_from_source
-from .pipeline import Artifact, Options, build_kernel, compile_kernel, schedule_family
+from .pipeline import (Artifact, Options, build_kernel, compile_kernel, recent_artifact,
+                       schedule_family)
 from .target import get_target
 from .report import explain
 from .runtime.loader import KernelFunction
@@ -119,7 +120,8 @@ class Kernel:
                            if o.deterministic == key.deterministic and o.tile == key.tile
                            and o.fuse == key.fuse
                            and schedule_family(a.target) == family), None)
-            self._artifacts[key] = compile_kernel(self.ir, key, shared)
+            self._artifacts[key] = recent_artifact(
+                self.ir, key, lambda: compile_kernel(self.ir, key, shared))
         return self._artifacts[key]
 
     @user_facing

@@ -14,6 +14,7 @@ import hashlib
 import logging
 import pickle
 import time
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -196,6 +197,33 @@ def build_kernel(ir_kernel: ir.Kernel, options: Options = Options(),
     return build
 
 
+# The artifacts made through ``recent_artifact`` in this process, least recently used
+# first, by (cache directory, pipeline key). Each ``pa.grad`` / ``pa.vjp`` call makes a
+# new kernel object, so without this a second object of the same IR (explain after
+# compile in a notebook; the test suite, which inspects the benchmark kernels' plans in
+# many tests) would schedule again: the pipeline cache on disk keeps builds, not the
+# ISL objects explain and the plans read. Keyed by the directory too, as the disk layer
+# in front of which it sits: a process that points POLYAD_CACHE_DIR elsewhere asks for
+# fresh builds. Bounded, since an artifact holds its kernel's ISL objects.
+_recent_artifacts: "OrderedDict[tuple, Artifact]" = OrderedDict()
+RECENT_ARTIFACTS = 24
+
+
+def recent_artifact(ir_kernel: ir.Kernel, options: "Options",
+                    make: Callable[[], "Artifact"]) -> "Artifact":
+    """The artifact of ``ir_kernel`` for ``options`` made earlier in this process (same
+    pipeline key and cache directory), else ``make()``, remembered."""
+    key = (str(toolchain.cache_dir()), pipeline_key(ir_kernel, options.source_options))
+    art = _recent_artifacts.get(key)
+    if art is None:
+        art = make()
+        _recent_artifacts[key] = art
+        while len(_recent_artifacts) > RECENT_ARTIFACTS:
+            _recent_artifacts.popitem(last=False)
+    _recent_artifacts.move_to_end(key)
+    return art
+
+
 def schedule_family(target) -> str:
     """Targets of one family score schedule candidates alike, so they can share a schedule."""
     return getattr(target, "schedule_family", target.name)
@@ -251,4 +279,4 @@ def artifact_of(kernel, options: Options = Options()) -> Artifact:
 
 
 __all__ = ["Artifact", "Build", "Options", "build_kernel", "TARGETS", "artifact_of", "compile_kernel",
-           "kernel_ir", "schedule_family"]
+           "kernel_ir", "recent_artifact", "schedule_family"]

@@ -4,6 +4,9 @@
   time (before any test compiles a kernel) so that the suite never touches the
   user's compile cache.
 * ``rng`` fixture: a deterministic numpy Generator.
+* A test that takes ``monkeypatch`` starts and ends with no artifact remembered
+  in this process (``polyad.pipeline.recent_artifact``): one it made with a
+  patched compiler must not serve later tests, nor one made before serve it.
 * ``tests/`` is put on ``sys.path`` so test modules can import the small numpy
   reference helpers in ``npref.py`` whatever pytest's import mode is.
 """
@@ -41,3 +44,15 @@ def rng():
 def repo_root():
     """Root of the checkout (for subprocess tests: put it on PYTHONPATH)."""
     return _REPO_ROOT
+
+
+@pytest.fixture(autouse=True)
+def _no_remembered_artifacts_around_patches(request):
+    """See the module docstring: artifacts and monkeypatched compilers stay apart."""
+    from polyad import pipeline
+    patched = "monkeypatch" in request.fixturenames
+    if patched:
+        pipeline._recent_artifacts.clear()
+    yield
+    if patched:
+        pipeline._recent_artifacts.clear()

@@ -277,9 +277,9 @@ def test_only_interior_sums_get_lanes():
     """Per-lane partial sums pay on the interior's rows: a border piece's sums along a row
     run on a face of the domain (a dimension fewer iterations), where lanes would add code
     (and compile time: energy27's filter-gradient nest, gcc 0.32 -> 0.26 s), not speed."""
-    from polyad.pipeline import Options, compile_kernel
+    from polyad.pipeline import Options, artifact_of
 
-    art = compile_kernel(pa.grad(energy27, wrt=["u", "w"]).ir, Options())
+    art = artifact_of(pa.grad(energy27, wrt=["u", "w"]), Options())
 
     def border_only(lp):
         return all(art.scheduled.statement(n).on_border for n in lp.facts.statements)

@@ -16,7 +16,7 @@ import pytest
 
 import polyad as pa
 from polyad import ir
-from polyad.pipeline import Options, compile_kernel
+from polyad.pipeline import Options, artifact_of
 from polyad.schedule.cleanup import assign_first_updates
 from polyad.testing import interpret
 
@@ -27,7 +27,7 @@ M, N = pa.sizes("M N")
 
 
 def _scheduled(kernel, **options):
-    return compile_kernel(kernel.ir, Options(**options)).scheduled
+    return artifact_of(kernel, Options(**options)).scheduled
 
 
 def _check_gradient(grad, inputs: dict, sizes: dict, deterministic: bool = False):

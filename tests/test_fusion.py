@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import polyad as pa
-from polyad.pipeline import Options, compile_kernel
+from polyad.pipeline import Options, artifact_of
 from polyad.schedule.fusion import CHUNK_ROWS, chunks_balanced
 from polyad.testing import interpret
 
@@ -76,7 +76,7 @@ SIZES = [(1, 1), (2, 3), (3, 4), (5, 7), (70, 9), (2 * CHUNK_ROWS + 1, 4),
 
 
 def _decisions(kernel, target="openmp"):
-    sk = compile_kernel(kernel.ir, Options(target=target, fuse=True)).scheduled
+    sk = artifact_of(kernel, Options(target=target, fuse=True)).scheduled
     return sk, [d for d in sk.schedule_decisions if "fused the nests" in d or "not fused" in d]
 
 
@@ -119,7 +119,7 @@ def test_the_row_loops_of_a_fused_step_run_as_one_loop():
     ``n``; the d_x row (S15-S24), which reads d_t two columns either side, keeps its own
     loop (jammed, it would read columns of d_t not yet written)."""
     g = pa.grad(deconv_cost, wrt=["x", "f"])
-    sk = compile_kernel(g.ir, Options(fuse=True)).scheduled
+    sk = artifact_of(g, Options(fuse=True)).scheduled
     jams = [d for d in sk.schedule_decisions if d.startswith("jammed")]
     assert jams == [
         "jammed the row loop of zero_d_t, S3, S4, S5, S7, S9, S11, S13 into that of S2 (loop n "
@@ -143,7 +143,7 @@ def test_row_loops_are_jammed_only_where_each_column_is_read_where_it_is_written
     writes) it does not: that column would not be written yet (run as one loop anyway, 6
     of these 8 sizes give wrong costs). Forward and gradient
     against the interpreter, at sizes around the chunk height."""
-    sk = compile_kernel(kernel.ir, Options()).scheduled
+    sk = artifact_of(kernel, Options()).scheduled
     assert any(d.startswith("fused the nests") for d in sk.schedule_decisions)
     assert any(d.startswith("jammed the row loop of S2, S3 into that of S0")
                for d in sk.schedule_decisions) == jammed, sk.schedule_decisions
@@ -377,10 +377,10 @@ def test_a_piece_run_after_the_chunk_loop_keeps_the_chunks_buffers_shared():
     the kernel is not fused, and says why."""
     from polyad.schedule.build import _buffers_no_loop_owns
 
-    sk = compile_kernel(scale_then_vertical.ir, Options(fuse=True)).scheduled
+    sk = artifact_of(scale_then_vertical, Options(fuse=True)).scheduled
     assert _buffers_no_loop_owns(sk) == ["t_rows"]
     assert not any("t_rows" in lp.row_buffers for lp in sk.loops.values())
-    default = compile_kernel(scale_then_vertical.ir, Options()).scheduled
+    default = artifact_of(scale_then_vertical, Options()).scheduled
     assert "not fused: no chunk loop runs t_rows per chunk" in " ".join(
         default.schedule_decisions)
     assert not [t for t in default.kernel.temps if t.role == "rows"]
@@ -449,11 +449,11 @@ def test_rows_of_a_row_buffer_are_padded_past_a_row(dtype, pad):
     same L1 sets. Buffers of one row and of planes keep their shape. Against the
     interpreter at a power-of-two width."""
     g = pa.grad(deconvolution(dtype), wrt=["x", "f"])
-    temps = {t.name: t for t in compile_kernel(g.ir, Options()).scheduled.kernel.temps}
+    temps = {t.name: t for t in artifact_of(g, Options()).scheduled.kernel.temps}
     for name in ("t_rows", "d_r_expanded_rows"):
         assert pa.ir.expr_str(temps[name].type.shape[1]) == f"N + {pad}"
     assert pa.ir.expr_str(temps["d_t_rows"].type.shape[1]) == "N"
-    planes = compile_kernel(pa.grad(stencil7, wrt="x").ir, Options()).scheduled.kernel.temps
+    planes = artifact_of(pa.grad(stencil7, wrt="x"), Options()).scheduled.kernel.temps
     assert [pa.ir.expr_str(e) for t in planes if t.role == "rows" for e in t.type.shape[1:]] \
         == ["Y", "Z"]
     rng = np.random.default_rng(17)
@@ -507,7 +507,7 @@ def test_row_buffer_dependences_equal_isls_dataflow_analysis():
     import islpy as isl
     from polyad.poly import _by_variable, _memory_based_pairs
 
-    sk = compile_kernel(pa.grad(deconv_cost, wrt=["x", "f"]).ir, Options(fuse=True)).scheduled
+    sk = artifact_of(pa.grad(deconv_cost, wrt=["x", "f"]), Options(fuse=True)).scheduled
     model = sk.model
     reads, _, writes = model.accesses(None)
     tree = model.schedule_tree()

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 import polyad as pa
-from polyad.pipeline import Options, compile_kernel
+from polyad.pipeline import Options, artifact_of
 from polyad.testing import interpret
 
 from test_loop_order import conv_cost
@@ -22,7 +22,7 @@ B, C, H, V = pa.sizes("B C H V")
 
 
 def _scheduled(kernel, target="openmp"):
-    return compile_kernel(kernel.ir, Options(target=target)).scheduled
+    return artifact_of(kernel, Options(target=target)).scheduled
 
 
 def _interchanges(sk):

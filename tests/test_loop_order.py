@@ -17,7 +17,7 @@ import pytest
 
 import polyad as pa
 from polyad import ir
-from polyad.pipeline import Options, compile_kernel
+from polyad.pipeline import Options, artifact_of
 from polyad.schedule.loop_order import (ROW_BLOCK, expand_reduction_rows, jam_small_loops,
                                        unit_stride_innermost)
 from polyad.target import openmp
@@ -99,7 +99,7 @@ def conv_gradient_matches_interpreter(grad, fn, seed, shapes):
 
 
 def _scheduled(kernel, deterministic=False):
-    return compile_kernel(kernel.ir, Options(deterministic=deterministic)).scheduled
+    return artifact_of(kernel, Options(deterministic=deterministic)).scheduled
 
 
 def test_conv_gradient_nests_get_the_pixel_row_innermost():

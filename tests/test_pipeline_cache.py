@@ -174,3 +174,32 @@ def test_long_compile_shows_a_progress_line(monkeypatch):
     text = out.getvalue()
     assert "polyad: compiling big_kernel: dependences (27 statements," in text
     assert "polyad: compiled big_kernel in" in text
+
+
+def test_a_second_kernel_of_the_same_ir_reuses_the_artifact(tmp_path, monkeypatch):
+    """A second kernel object of the same IR (a vjp of a kernel object made anew; the
+    test suite's helpers, which go through ``artifact_of``) gets the first one's artifact
+    in one process, nothing scheduled again, as long as the cache directory is the
+    same one."""
+    import polyad.api
+    monkeypatch.setenv("POLYAD_CACHE_DIR", str(tmp_path / "one"))
+    monkeypatch.setattr(pipeline, "_recent_artifacts", type(pipeline._recent_artifacts)())
+    calls = []
+    fresh = pipeline.compile_kernel
+    monkeypatch.setattr(polyad.api, "compile_kernel", lambda *a: calls.append(a) or fresh(*a))
+    k = _kernel(17.0)
+
+    def vjp():
+        return pa.vjp(pa.Kernel(ir_kernel=k.ir), ["x"])
+    first = vjp().artifact(Options())
+    again = vjp()
+    assert again.artifact(Options()) is first and len(calls) == 1
+    assert pa.explain(vjp()) == pa.explain(again) and len(calls) == 1
+    assert again.artifact(Options(deterministic=True)) is not first and len(calls) == 2
+    monkeypatch.setenv("POLYAD_CACHE_DIR", str(tmp_path / "two"))
+    assert again.artifact(Options()) is first  # an object keeps its own artifacts
+    assert vjp().artifact(Options()) is not first and len(calls) == 3
+    # bounded: the least recently used artifact goes first
+    monkeypatch.setattr(pipeline, "RECENT_ARTIFACTS", 2)
+    vjp().artifact(Options(fuse=False))
+    assert len(pipeline._recent_artifacts) == 2 and len(calls) == 4

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import polyad as pa
-from polyad.pipeline import Options, compile_kernel
+from polyad.pipeline import Options, artifact_of
 from polyad.testing import interpret
 
 from deconv_kernels import deconvolution
@@ -32,7 +32,7 @@ def steps_with_sums(x: pa.f32[N], s: pa.f32[2]):
 
 
 def _plan(kernel, **options):
-    return compile_kernel(pa.grad(kernel, wrt=["x", "f"]).ir, Options(**options)).plan
+    return artifact_of(pa.grad(kernel, wrt=["x", "f"]), Options(**options)).plan
 
 
 def test_filter_gradient_sums_in_scalars_along_the_row():
@@ -54,7 +54,7 @@ def test_filter_gradient_sums_in_scalars_along_the_row():
 def test_a_worksharing_loop_in_a_parallel_region_keeps_the_array_section():
     """A sequential time loop runs in one thread team: its 'omp for' loops cannot reduce
     into scalars private to the team's threads, so they keep reduction(+:s[0:2])."""
-    artifact = compile_kernel(steps_with_sums.ir, Options())
+    artifact = artifact_of(steps_with_sums, Options())
     worksharing = [lp for lp in artifact.plan.loops.values() if lp.region == "for"]
     assert worksharing and not any(lp.register_sums for lp in worksharing)
     assert re.search(r"#pragma omp for (simd )?schedule\(static\) reduction\(\+:s\[0:2\]\)",

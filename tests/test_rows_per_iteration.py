@@ -15,7 +15,7 @@ import pytest
 
 import polyad as pa
 from polyad import ir
-from polyad.pipeline import Options, compile_kernel
+from polyad.pipeline import Options, artifact_of
 from polyad.testing import interpret
 
 from ad_helpers import check_against_fd
@@ -27,7 +27,7 @@ M, N = pa.sizes("M N")
 
 
 def _scheduled(kernel, target="openmp", **options):
-    return compile_kernel(kernel.ir, Options(target=target, **options)).scheduled
+    return artifact_of(kernel, Options(target=target, **options)).scheduled
 
 
 def _row_decisions(sk) -> list:

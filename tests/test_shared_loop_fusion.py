@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import polyad as pa
-from polyad.pipeline import Options, compile_kernel
+from polyad.pipeline import Options, artifact_of
 from polyad.testing import interpret
 
 from test_loop_order import conv_cost
@@ -21,7 +21,7 @@ M, N = pa.sizes("M N")
 
 
 def _fusions(kernel, target="openmp"):
-    sk = compile_kernel(kernel.ir, Options(target=target)).scheduled
+    sk = artifact_of(kernel, Options(target=target)).scheduled
     return sk, [d for d in sk.schedule_decisions if "inside the loops" in d]
 
 
@@ -162,7 +162,7 @@ def running_then_window(x: pa.f64[B, M, N], y: pa.Out(pa.f64[B, M, N])):
 
 
 def _rows_inside(kernel, fuse=None):
-    sk = compile_kernel(kernel.ir, Options(fuse=fuse)).scheduled
+    sk = artifact_of(kernel, Options(fuse=fuse)).scheduled
     return sk, [d for d in sk.schedule_decisions if d.startswith("fused the loop ")]
 
 
