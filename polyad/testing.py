@@ -10,6 +10,7 @@ checked against it on small random inputs.
 from __future__ import annotations
 
 import math
+import operator
 from typing import Any, Mapping, Optional
 
 import numpy as np
@@ -32,6 +33,10 @@ _SCALAR_IMPL.update({
     "min": lambda a, b: a if a <= b else b,
     "max": lambda a, b: a if a >= b else b,
 })
+
+
+_COMPARE = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
+            "==": operator.eq, "!=": operator.ne}
 
 
 def resolve_index(value: int, extent: int, mode: Optional[str]) -> Optional[int]:
@@ -64,15 +69,20 @@ class _Machine:
         self.scalars = scalars
         self.sizes = sizes
         self.types = {name: kernel.array_type(name) for name in arrays}
+        # array name -> its extents: they are in the sizes only, so evaluated once
+        self.shapes: dict[str, tuple] = {}
 
     def extent(self, e: Expr, env) -> int:
         return int(self.eval(e, env))
 
     def index(self, ld: Load, env):
         at = self.types[ld.array]
+        shape = self.shapes.get(ld.array)
+        if shape is None:
+            shape = self.shapes[ld.array] = tuple(self.extent(ext, {}) for ext in at.shape)
         out = []
-        for ix, ext in zip(ld.index, at.shape):
-            v = resolve_index(int(self.eval(ix, env)), self.extent(ext, env), at.mode)
+        for ix, ext in zip(ld.index, shape):
+            v = resolve_index(int(self.eval(ix, env)), ext, at.mode)
             if v is None:
                 return None
             out.append(v)
@@ -112,32 +122,29 @@ class _Machine:
             f = self.k.func(e.func)
             if f is not None:
                 return self.call_func(f, args)
-            with np.errstate(all="ignore"):
-                return e.dtype.np.type(_SCALAR_IMPL[e.func](*args))
+            return e.dtype.np.type(_SCALAR_IMPL[e.func](*args))
         raise TypeError(f"cannot interpret {e!r}")
 
     def binary(self, e: Binary, a, b):
         op = e.op
         if op in ir.COMPARE_OPS:
-            return {"<": a < b, "<=": a <= b, ">": a > b, ">=": a >= b, "==": a == b,
-                    "!=": a != b}[op]
+            return _COMPARE[op](a, b)
         t = e.dtype.np.type
         a, b = t(a), t(b)
-        with np.errstate(all="ignore"):
-            if op == "+":
-                return t(a + b)
-            if op == "-":
-                return t(a - b)
-            if op == "*":
-                return t(a * b)
-            if op == "/":
-                return t(a / b)
-            if op == "//":
-                return t(np.floor_divide(a, b))
-            if op == "%":
-                return t(np.mod(a, b))
-            if op == "**":
-                return t(np.power(a, b)) if e.dtype.is_float else t(int(a) ** int(b))
+        if op == "+":
+            return t(a + b)
+        if op == "-":
+            return t(a - b)
+        if op == "*":
+            return t(a * b)
+        if op == "/":
+            return t(a / b)
+        if op == "//":
+            return t(np.floor_divide(a, b))
+        if op == "%":
+            return t(np.mod(a, b))
+        if op == "**":
+            return t(np.power(a, b)) if e.dtype.is_float else t(int(a) ** int(b))
         raise TypeError(op)
 
     def call_func(self, f: ir.FuncDef, args):
@@ -205,17 +212,16 @@ class _Machine:
     @staticmethod
     def update(op, old, value, dtype):
         t = dtype.np.type
-        with np.errstate(all="ignore"):
-            if op == "=":
-                return t(value)
-            if op == "+=":
-                return t(old + value)
-            if op == "-=":
-                return t(old - value)
-            if op == "*=":
-                return t(old * value)
-            if op == "/=":
-                return t(old / value)
+        if op == "=":
+            return t(value)
+        if op == "+=":
+            return t(old + value)
+        if op == "-=":
+            return t(old - value)
+        if op == "*=":
+            return t(old * value)
+        if op == "/=":
+            return t(old / value)
         raise ValueError(op)
 
 
@@ -245,7 +251,8 @@ def interpret(kernel: ir.Kernel, args: Mapping[str, Any], sizes: Mapping[str, in
         shape = tuple(max(0, m.extent(e, {})) for e in t.type.shape)
         arrays[t.name] = np.zeros(shape, t.type.dtype.np)
     m.types = {name: kernel.array_type(name) for name in arrays}
-    m.run()
+    with np.errstate(all="ignore"):  # IEEE results (inf, nan) as the C kernels give them
+        m.run()
     result = None
     if kernel.result is not None:
         result = kernel.result[1].np.type(scalars[kernel.result[0]])
