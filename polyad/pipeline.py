@@ -198,13 +198,14 @@ def build_kernel(ir_kernel: ir.Kernel, options: Options = Options(),
 
 
 # The artifacts made through ``recent_artifact`` in this process, least recently used
-# first, by (cache directory, pipeline key). Each ``pa.grad`` / ``pa.vjp`` call makes a
-# new kernel object, so without this a second object of the same IR (explain after
-# compile in a notebook; the test suite, which inspects the benchmark kernels' plans in
-# many tests) would schedule again: the pipeline cache on disk keeps builds, not the
-# ISL objects explain and the plans read. Keyed by the directory too, as the disk layer
-# in front of which it sits: a process that points POLYAD_CACHE_DIR elsewhere asks for
-# fresh builds. Bounded, since an artifact holds its kernel's ISL objects.
+# first, by (cache directory, pipeline key). A kernel object keeps its own artifacts (and
+# its derived kernels), but objects of the same IR do not share them: a kernel factory
+# called twice (the benchmarks' kernels by dtype), ``pa.Kernel(ir_kernel=...)``, a cell
+# re-run in a notebook. Without this each would schedule again for ``pa.explain`` and
+# its plan: the pipeline cache on disk keeps builds, not the ISL objects they read.
+# Keyed by the directory too, as the disk layer in front of which it sits: a process
+# that points POLYAD_CACHE_DIR elsewhere asks for fresh builds. Bounded, since an
+# artifact holds its kernel's ISL objects.
 _recent_artifacts: "OrderedDict[tuple, Artifact]" = OrderedDict()
 RECENT_ARTIFACTS = 24
 
