@@ -7,7 +7,6 @@
 * A test that takes ``monkeypatch`` starts and ends with no artifact remembered
   in this process (``polyad.pipeline.recent_artifact``): one it made with a
   patched compiler must not serve later tests, nor one made before serve it.
-* The files whose tests take longest run first (``LONGEST_FILES``).
 * ``tests/`` is put on ``sys.path`` so test modules can import the small numpy
   reference helpers in ``npref.py`` whatever pytest's import mode is.
 """
@@ -57,17 +56,3 @@ def _no_remembered_artifacts_around_patches(request):
     yield
     if patched:
         pipeline._recent_artifacts.clear()
-
-
-# The files whose tests took longest (``pytest -n 2 --durations=0``, summed per file: 2-4
-# minutes each), run first: the workers take whole files (``--dist loadfile``) in the
-# order of collection, and a long file taken last keeps one worker busy while the
-# others have nothing left. Only the order changes; a file's tests keep theirs.
-LONGEST_FILES = ("test_fusion.py", "test_loop_order.py", "test_cuda.py", "test_fuzz.py",
-                 "test_rows_per_iteration.py", "test_invariant_reads.py", "test_asan.py",
-                 "test_ad_forward.py")
-
-
-def pytest_collection_modifyitems(session, config, items):
-    rank = {name: k for k, name in enumerate(LONGEST_FILES)}
-    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
