@@ -37,6 +37,11 @@ _SCALAR_IMPL.update({
 
 _COMPARE = {"<": operator.lt, "<=": operator.le, ">": operator.gt, ">=": operator.ge,
             "==": operator.eq, "!=": operator.ne}
+# numpy's operations on scalars of one dtype (Python's ``//`` and ``%``: floored); an
+# integer ``**`` is Python's, exact
+_ARITHMETIC = {"+": operator.add, "-": operator.sub, "*": operator.mul,
+               "/": operator.truediv, "//": np.floor_divide, "%": np.mod, "**": np.power}
+_UPDATES = ("+=", "-=", "*=", "/=")
 
 
 def resolve_index(value: int, extent: int, mode: Optional[str]) -> Optional[int]:
@@ -131,21 +136,11 @@ class _Machine:
             return _COMPARE[op](a, b)
         t = e.dtype.np.type
         a, b = t(a), t(b)
-        if op == "+":
-            return t(a + b)
-        if op == "-":
-            return t(a - b)
-        if op == "*":
-            return t(a * b)
-        if op == "/":
-            return t(a / b)
-        if op == "//":
-            return t(np.floor_divide(a, b))
-        if op == "%":
-            return t(np.mod(a, b))
-        if op == "**":
-            return t(np.power(a, b)) if e.dtype.is_float else t(int(a) ** int(b))
-        raise TypeError(op)
+        if op == "**" and not e.dtype.is_float:
+            return t(int(a) ** int(b))
+        if op not in _ARITHMETIC:
+            raise TypeError(op)
+        return t(_ARITHMETIC[op](a, b))
 
     def call_func(self, f: ir.FuncDef, args):
         env = {name: dt.np.type(v) for (name, dt), v in zip(f.params, args)}
@@ -214,15 +209,9 @@ class _Machine:
         t = dtype.np.type
         if op == "=":
             return t(value)
-        if op == "+=":
-            return t(old + value)
-        if op == "-=":
-            return t(old - value)
-        if op == "*=":
-            return t(old * value)
-        if op == "/=":
-            return t(old / value)
-        raise ValueError(op)
+        if op not in _UPDATES:
+            raise ValueError(op)
+        return t(_ARITHMETIC[op[:-1]](old, value))
 
 
 def interpret(kernel: ir.Kernel, args: Mapping[str, Any], sizes: Mapping[str, int]):
