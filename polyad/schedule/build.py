@@ -26,6 +26,7 @@ from .fusion import (BALANCED, CHUNK_ROWS, UNFUSED_FROM_POINTS, chunk_loop_vars,
                      jam_row_loops, rows_per_iteration, slabs_per_iteration)
 from .gather import ascending_order_free_nests, scatter_to_gather, small_target
 from .split import split_conflicting_instances
+from .strides import unit_stride_loops
 from .tiling import tile_schedule
 from .locality import has_strided_inner_loop, strided_inner_accesses, unit_stride_bands
 from .loop_order import (add_decisions, block_sum_rows_in_registers, block_sums_in_registers,
@@ -513,6 +514,8 @@ def _schedule_kernel(kernel: ir.Kernel,
         # Bounds are proved on the program as written: a transformation (dead-code
         # elimination first of all) must not hide an out-of-bounds access from the user.
         written_requirements = check_bounds(split, model.for_kernel(split))
+    with clock.stage("unit strides", len(split.statements)):
+        split, strides = unit_stride_loops(split)
     with clock.stage("dead statements", len(split.statements)):
         split, in_place = updates_in_place(split)
         split, copies = forward_copies(split)
@@ -565,7 +568,7 @@ def _schedule_kernel(kernel: ir.Kernel,
     with clock.stage("bounds", n):
         requirements: list[SizeRequirement] = written_requirements + [
             r for r in check_bounds(split, model)
-            if all(r.message != w.message for w in written_requirements)]
+            if all(not r.bad_params.is_equal(w.bad_params) for w in written_requirements)]
     scalars = frozenset(n for n, _ in split.locals)
     with clock.stage("dependences", n):
         # Scalars are private or reductions; which one only their flow decides. The loop
@@ -655,7 +658,7 @@ def _schedule_kernel(kernel: ir.Kernel,
               "(fewer lines of C, for a few elements)")
     return ScheduledKernel(split, model, deps, chosen.schedule, chosen.ast, chosen.loops,
                            requirements, gather_decisions, origin, dead, expansions, fused,
-                           tuple(_in_place_decisions(in_place) + copies + splits + first_updates
+                           tuple(strides + _in_place_decisions(in_place) + copies + splits + first_updates
                                  + fusions + index_splits + decisions),
                            loop_orders, large_sizes=chosen.large_sizes)
 
