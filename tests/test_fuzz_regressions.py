@@ -587,6 +587,21 @@ def test_a_scheduler_past_its_seconds_leaves_the_program_order(monkeypatch, tmp_
     _runs_the_recurrence_right(k, np.random.default_rng(10591))
 
 
+def test_a_schedule_isl_cannot_read_back_leaves_the_program_order(monkeypatch, tmp_path):
+    """Fuzz seed 15269: ISL printed the vjp's schedule with a ``set`` node without
+    children (``child: { set }``), which its own reader rejects: the compile failed with
+    ISL's syntax error. The kernel now keeps the program order, and ``explain`` says why."""
+    from polyad.schedule import build
+    monkeypatch.setenv("POLYAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(build, "text_within_seconds", lambda compute, seconds: (
+        '{ domain: "[N] -> { S0[i] : 1 <= i < N }", child: { set } }', ""))
+    k = pa.Kernel(ir_kernel=recurrence_in_place.ir)
+    text = pa.explain(k)
+    assert ("program order (the ISL scheduler gave up: ISL could not read back the "
+            "schedule it printed)") in text, text
+    _runs_the_recurrence_right(k, np.random.default_rng(15269))
+
+
 @pa.kernel
 def strided_clamped_writes(x0: pa.f64[N, N + 1].clamped, x1: pa.f64[N + 3, M + 2],
                            y0: pa.Out(pa.f64[N, N + 1, N].clamped)):

@@ -762,7 +762,14 @@ def _isl_schedule(model: PolyModel, deps: Dependences) -> tuple[Optional[isl.Sch
         with operation_quota(ctx, SCHEDULER_QUOTA):
             return sc.compute_schedule().to_str()
     text, why = text_within_seconds(compute, SCHEDULER_SECONDS)
-    return (None, why) if text is None else (isl.Schedule.read_from_str(ctx, text), "")
+    if text is None:
+        return None, why
+    try:
+        return isl.Schedule.read_from_str(ctx, text), ""
+    except isl.Error:
+        # ISL prints a schedule tree its own reader rejects: a ``set`` node without
+        # children (``child: { set }``, fuzz seed 15269's vjp)
+        return None, "ISL could not read back the schedule it printed"
 
 
 def _candidate(schedule: isl.Schedule, kernel: ir.Kernel, model: PolyModel,
