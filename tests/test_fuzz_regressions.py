@@ -602,6 +602,59 @@ def test_a_schedule_isl_cannot_read_back_leaves_the_program_order(monkeypatch, t
     _runs_the_recurrence_right(k, np.random.default_rng(15269))
 
 
+@pa.func
+def tanh_mix(a: pa.f32, b: pa.f32) -> pa.f32:
+    return a * pa.tanh(b) + pa.sin(a) * 0.5
+
+
+@pa.kernel
+def triangle_min_and_log(x0: pa.f32[N + 3, N].zero, x1: pa.f32[N + 1, N].circular,
+                         y0: pa.Out(pa.f32[N + 1, N, N + 1])) -> pa.f32:
+    acc = 0.0
+    t0 = pa.zeros(pa.f32[N + 1])
+    for i in range(1, N):
+        for j in range(i):
+            for k in range(j + 1, N):
+                acc += min((x1[i, N - k - 1] * x0[i + 1, 0]), x0[j - 1, k - 1])
+                y0[k, i, i] = tanh_mix(pa.tanh((float(N) * 0.125)), (float(N) * 0.125))
+    for i in range(N):
+        for j in range(N):
+            if i + 1 >= N:
+                t0[j + 1] = pa.log(x1[j + 1, j + 2] * x1[j + 1, j + 2] + 1.0)
+            else:
+                t0[j] = x0[2 * j - 3, j]
+    return acc
+
+
+@pytest.mark.filterwarnings("ignore::polyad.ad.NoGradientPathWarning")
+def test_the_extent_of_a_tiled_loop_is_bounded_without_its_floors():
+    """Fuzz seed 15320: the vjp took 383 s to compile, all of it in the loop facts of one
+    loop of a tiled nest: the exact max - min of a tile's points (``256 * floor(i / 256)
+    <= N - 257``) over the sizes. The extent is now that of their hull without the floor
+    (an upper bound; it only decides from how many iterations threads pay): the vjp
+    compiles in about a second, and computes what the interpreter does."""
+    import types
+    from polyad.schedule.build import _LoopAnalysis
+    from polyad.testing import interpret
+    ctx = isl.Context()
+    model = types.SimpleNamespace(ctx=ctx, context=isl.Set.read_from_str(ctx, "[N] -> { : }"))
+    tiles = isl.UnionMap.read_from_str(ctx, "[N] -> { S[i] -> [t, i] : i >= 3 and 256t <= i "
+                                            "< 256t + 256 and 256t <= N - 257 }")
+    assert _LoopAnalysis.extent(types.SimpleNamespace(model=model), tiles, 1).to_C_str() \
+        == "N - 4"
+    vk = pa.vjp(triangle_min_and_log, ["x0", "x1"])
+    rng = np.random.default_rng(15320)
+    for n in (1, 4, 5):
+        args = dict(x0=rng.standard_normal((n + 3, n)).astype(np.float32),
+                    x1=rng.standard_normal((n + 1, n)).astype(np.float32),
+                    y0_bar=rng.standard_normal((n + 1, n, n + 1)).astype(np.float32),
+                    result_bar=np.float32(0.75))
+        got = vk(**args)
+        _, want = interpret(vk.ir, dict(args), dict(N=n))
+        for name, value in zip(("d_x0", "d_x1"), got):
+            np.testing.assert_allclose(value, want[name], rtol=1e-5, atol=1e-5)
+
+
 @pa.kernel
 def strided_clamped_writes(x0: pa.f64[N, N + 1].clamped, x1: pa.f64[N + 3, M + 2],
                            y0: pa.Out(pa.f64[N, N + 1, N].clamped)):
