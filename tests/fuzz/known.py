@@ -22,11 +22,20 @@ KNOWN = {
     # found with --cases 100 --seed 14600 --full (the case's checks past 300 s)
     14634: "compile time: the primal 41 s; the vjp's pipeline 132 s, about half in ISL "
            "dependence analyses of its strided clamped pieces (122 s with the 49 forked "
-           "children's analyses run in process), then 780 nest functions for gcc (39 s)",
+           "children's analyses run in process), then 780 nest functions for gcc (39 s). "
+           "With the strided loops rewritten (schedule.strides): the primal 28 s, the vjp "
+           "95 s and 23281 lines of C (a loop per piece, no longer abandoned by the AST "
+           "probe); the case still runs past 300 s",
     # found with --cases 100 --seed 14800 --full
     14822: "compile time: the primal 63 s (ISL dependences 17 s, AST 26 s of its strided "
            "loop's clamped and mirror pieces); the vjp's pipeline 187 s (AST 78 s, dependences "
-           "43 s, ISL scheduler 22 s), gcc 58 s",
+           "43 s, ISL scheduler 22 s), gcc 58 s. With the strided loop rewritten: the primal "
+           "23 s, the vjp 80 s and 15111 lines of C; the case still runs past 300 s",
+    # found with --cases 100 --seed 15260 --full --asan 10 --cuda-sim 20
+    15260: "the oracle, not polyad: at M = 6, N = 5 the outputs overflow to inf and d_x0[5, 1] "
+           "is NaN where jax.grad of the reference gives 0.55; the derivative's products of "
+           "infinities and zeros associate differently. The reference interpreter run on the "
+           "vjp's IR gives the compiled NaN",
     # found with --cases 60 --seed 15100 --cuda-sim 60 (the vjp checked with --full only)
     15106: "the oracle, not polyad: the float32 vjp at N = 7 has NaN where the float64 "
            "reference's gradient is finite; products in a triple loop overflow float32 before "
