@@ -42,8 +42,8 @@ _ONE = (1, -1)
 
 
 def unit_stride_loops(kernel: ir.Kernel) -> tuple[ir.Kernel, list[str]]:
-    """``kernel`` with every loop of step other than +-1 rewritten as a loop of step 1
-    over its iteration numbers (module docstring). Returns the kernel (``kernel`` itself
+    """``kernel`` with every loop of step other than +-1 rewritten as a loop over its
+    iteration numbers (module docstring). Returns the kernel (``kernel`` itself
     when no loop has such a step) and one decision line per loop rewritten."""
     if all(lp.step in _ONE for st in kernel.statements for lp in st.loops):
         return kernel, []
