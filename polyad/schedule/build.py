@@ -311,8 +311,8 @@ class _LoopAnalysis:
     def extent(self, sched: isl.UnionMap, depth: int) -> Optional[isl.AstExpr]:
         """max - min + 1 of the loop's iterator over all its executions, in the sizes; where
         they need existential variables, of their convex hull without them (an upper bound,
-        which is all the extent is for: it decides from how many iterations threads pay,
-        ``target.openmp``). The exact max - min of the points of tiles (``256 * floor(i /
+        which is all the extent is for: a target decides from it how many iterations
+        make its threads pay). The exact max - min of the points of tiles (``256 * floor(i /
         256) <= N - 257``) took minutes on a fuzz vjp's loop (seed 15320)."""
         rng = isl.Set.from_union_set(sched.range()).project_out(isl.dim_type.set, 0, depth) \
             .project_out(isl.dim_type.set, 1, depth_after(sched, depth))
