@@ -36,6 +36,7 @@ import dataclasses
 
 from .. import ir
 from ..ad.exprs import affine_form, from_affine, simplify_int
+from ..ad.reverse import kernel_names
 from ..ir import Binary, Condition, Const, Loop, LoopVar
 
 _ONE = (1, -1)
@@ -47,7 +48,7 @@ def unit_stride_loops(kernel: ir.Kernel) -> tuple[ir.Kernel, list[str]]:
     when no loop has such a step) and one decision line per loop rewritten."""
     if all(lp.step in _ONE for st in kernel.statements for lp in st.loops):
         return kernel, []
-    taken = _names(kernel)
+    taken = kernel_names(kernel)
     renamed: dict[str, str] = {}  # loop variable -> its iteration-number variable
     decisions: dict[tuple, str] = {}  # (position prefix, variable) -> decision
     statements = []
@@ -139,16 +140,8 @@ def _reversal(first: ir.Expr, end: ir.Expr, step: int):
     return from_affine(edge), atom.a
 
 
-def _names(kernel: ir.Kernel) -> set:
-    """Every name the kernel uses: loop variables, sizes, parameters, locals, temps."""
-    names = set(kernel.sizes) | set(kernel.int_params)
-    names |= {p.name for p in kernel.params} | {n for n, _ in kernel.locals}
-    names |= {t.name for t in kernel.temps}
-    names |= {lp.var for st in kernel.statements for lp in st.loops}
-    return names
-
-
 def _fresh(base: str, taken: set) -> str:
+    """``base``, or it with a number from 2 appended, not in ``taken``; added to it."""
     name, k = base, 1
     while name in taken:
         k += 1
