@@ -9,9 +9,11 @@ import os
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 
 import pytest
 
+from polyad.pipeline import artifact_of, build_kernel, kernel_ir
 from tests.fuzz.runner import asan_preload, libasan
 
 SCRIPT = textwrap.dedent(
@@ -148,78 +150,21 @@ SCRIPT = textwrap.dedent(
     '''
 )
 
-# The benchmark gradients (benchmarks/kernels.py, float64) whose emitted code the
-# simplification and loop-order passes rewrite: run instrumented on small and
-# degenerate shapes, compared with the reference interpreter.
+# The benchmark gradients (benchmarks/kernels.py, float64; the tests' copies of those
+# kernels) whose emitted code the simplification and loop-order passes rewrite: run
+# instrumented on small and degenerate shapes, compared with the reference interpreter.
 GRADIENT_SCRIPT = textwrap.dedent(
     '''
     import numpy as np
     import polyad as pa
     from polyad.testing import interpret
 
-    M, N = pa.sizes("M N")
-    B, CI, CO, H, W = pa.sizes("B CI CO H W")
+    from deconv_kernels import deconvolution
+    from test_border_pieces import stencil7
+    from test_loop_order import conv_cost
+    from tv_kernel import tv_cost
 
-
-    @pa.kernel
-    def tv_cost(g: pa.f64[M, N].clamped, b: pa.f64[M, N], lam: pa.f64) -> pa.f64:
-        C = 0.0
-        for m in range(M):
-            for n in range(N):
-                C += (g[m, n] - b[m, n]) ** 2
-                C += lam * abs(g[m, n - 1] - g[m, n])
-                C += lam * abs(g[m - 1, n] - g[m, n])
-        return C
-
-
-    @pa.kernel
-    def deconv_cost(x: pa.f64[M, N].clamped, f: pa.f64[5], y: pa.f64[M, N]) -> pa.f64:
-        t = pa.empty(pa.f64[M, N].clamped)
-        for m in range(M):
-            for n in range(N):
-                t[m, n] = (f[0] * x[m, n - 2] + f[1] * x[m, n - 1] + f[2] * x[m, n]
-                           + f[3] * x[m, n + 1] + f[4] * x[m, n + 2])
-        C = 0.0
-        for m in range(M):
-            for n in range(N):
-                r = (f[0] * t[m - 2, n] + f[1] * t[m - 1, n] + f[2] * t[m, n]
-                     + f[3] * t[m + 1, n] + f[4] * t[m + 2, n]) - y[m, n]
-                C += r * r
-        return C
-
-
-    @pa.kernel
-    def conv_cost(x: pa.f64[B, CI, H, W].zero, w: pa.f64[CO, CI, 3, 3],
-                  y: pa.f64[B, CO, H, W]) -> pa.f64:
-        C = 0.0
-        for b in range(B):
-            for co in range(CO):
-                for h in range(H):
-                    for v in range(W):
-                        s = 0.0
-                        for ci in range(CI):
-                            for kh in range(3):
-                                for kw in range(3):
-                                    s += w[co, ci, kh, kw] * x[b, ci, h + kh - 1, v + kw - 1]
-                        r = max(s, 0.0) - y[b, co, h, v]
-                        C += r * r
-        return C
-
-
-    P, = pa.sizes("P")
-
-
-    @pa.kernel
-    def stencil3d_cost(x: pa.f64[P, M, N].clamped, y: pa.f64[P, M, N]) -> pa.f64:
-        C = 0.0
-        for p in range(P):
-            for m in range(M):
-                for n in range(N):
-                    r = (6.0 * x[p, m, n] - x[p - 1, m, n] - x[p + 1, m, n]
-                         - x[p, m - 1, n] - x[p, m + 1, n]
-                         - x[p, m, n - 1] - x[p, m, n + 1]) - y[p, m, n]
-                    C += r * r
-        return C
+    deconv_cost = deconvolution("f64")
 
 
     def check(kernel, wrt, args, sizes, fuse=False):
@@ -280,11 +225,11 @@ GRADIENT_SCRIPT = textwrap.dedent(
                                          y=rng.standard_normal((b, co, h, w))),
                   dict(B=b, CI=ci, CO=co, H=h, W=w))
         # the 3-D stencil's gradient, fused through plane buffers: its version for small
-        # sizes (P < 6, M < 4 or N < 4) and the one for large, on either side of each bound
+        # sizes (X < 6, Y < 4 or Z < 4) and the one for large, on either side of each bound
         for p, m, n in [(1, 1, 1), (5, 4, 4), (6, 3, 5), (6, 4, 3), (6, 4, 4), (70, 5, 6)]:
-            check(stencil3d_cost, ["x"], dict(x=rng.standard_normal((p, m, n)),
-                                              y=rng.standard_normal((p, m, n))),
-                  dict(P=p, M=m, N=n), fuse=True)
+            check(stencil7, ["x"], dict(x=rng.standard_normal((p, m, n)),
+                                        y=rng.standard_normal((p, m, n))),
+                  dict(X=p, Y=m, Z=n), fuse=True)
         print("ASAN-SCRIPT-OK")
 
 
@@ -297,12 +242,49 @@ GRADIENT_SCRIPT = textwrap.dedent(
 
 
 
-def run_script_under_asan(tmp_path, repo_root, script_text: str, marker: str) -> str:
+def prebuild_pipelines(cache_dir, kernels) -> None:
+    """Run the pipeline of each ``(kernel, Options)`` of ``kernels`` in this process and
+    store its build in the pipeline cache at ``cache_dir``, with the build of the unfused
+    schedule a call may switch to (``Build.chunked_extents``), as ``pa.compile`` would.
+
+    A script under ASan then finds them there: only the generated code is instrumented,
+    but ISL under ASan's allocator runs several times slower (a gradient of the benchmarks
+    took 14-27 s there against 8 s here). The artifacts are made in this process's own
+    cache context, so the tests of a worker share them."""
+    todo, done = list(kernels), []
+    while todo:
+        kernel, options = todo.pop(0)
+        art = artifact_of(kernel, options)
+        done.append((kernel, options, art))
+        if art.build.chunked_extents and options.fuse is None:
+            todo.append((kernel, replace(options, fuse=False)))
+    old = os.environ.get("POLYAD_CACHE_DIR")
+    os.environ["POLYAD_CACHE_DIR"] = str(cache_dir)
+    try:
+        for kernel, options, art in done:
+            build_kernel(kernel_ir(kernel), options, art)
+    finally:
+        if old is None:
+            del os.environ["POLYAD_CACHE_DIR"]
+        else:
+            os.environ["POLYAD_CACHE_DIR"] = old
+
+
+def run_script_under_asan(tmp_path, repo_root, script_text: str, marker: str,
+                          prebuilt=()) -> str:
     """Run ``script_text`` as a Python script with libasan preloaded, polyad from
     ``repo_root`` and a fresh cache under ``tmp_path``; assert it exits cleanly,
-    reports nothing and prints ``marker``; returns its output. Skips without libasan."""
+    reports nothing and prints ``marker``; returns its output. Skips without libasan.
+
+    ``prebuilt``: the ``(kernel, Options)`` pairs the script compiles, built here first
+    (``prebuild_pipelines``); the script must then run no pipeline of its own (asserted:
+    a pair left out would make the test slow, not wrong)."""
     if libasan() is None:
         pytest.skip("gcc with libasan not available")
+    if prebuilt:
+        prebuild_pipelines(tmp_path / "cache", prebuilt)
+        script_text += ('\nimport polyad.pipeline\n'
+                        'print("PIPELINE-RUNS", polyad.pipeline.pipeline_runs)\n')
     script = tmp_path / "asan_script.py"
     script.write_text(script_text)
     env = dict(os.environ, LD_PRELOAD=asan_preload(), ASAN_OPTIONS="detect_leaks=0",
@@ -314,17 +296,43 @@ def run_script_under_asan(tmp_path, repo_root, script_text: str, marker: str) ->
     assert proc.returncode == 0, out
     assert "AddressSanitizer" not in out, out
     assert marker in proc.stdout, out
+    if prebuilt:
+        assert "PIPELINE-RUNS 0\n" in proc.stdout, out
     return out
 
 
-@pytest.mark.parametrize("script_text", [SCRIPT, GRADIENT_SCRIPT], ids=["kernels", "gradients"])
-def test_asan_kernels_clean(tmp_path, repo_root, script_text):
-    run_script_under_asan(tmp_path, repo_root, script_text, "ASAN-SCRIPT-OK")
-    # where the cache holds shared libraries, the sanitized ones are instrumented
-    libs = [os.path.join(r, f) for r, _, fs in os.walk(tmp_path / "cache") for f in fs
-            if f.endswith(".so")]
+def _instrumented_libraries(cache) -> None:
+    """Where ``cache`` holds shared libraries, the sanitized ones are instrumented."""
+    libs = [os.path.join(r, f) for r, _, fs in os.walk(cache) for f in fs if f.endswith(".so")]
     if libs:
         assert any(b"__asan" in open(p, "rb").read() for p in libs), libs
+
+
+def test_asan_kernels_clean(tmp_path, repo_root):
+    run_script_under_asan(tmp_path, repo_root, SCRIPT, "ASAN-SCRIPT-OK")
+    _instrumented_libraries(tmp_path / "cache")
+
+
+def test_asan_gradients_clean(tmp_path, repo_root):
+    from deconv_kernels import deconvolution
+    from test_border_pieces import stencil7
+    from test_loop_order import conv_cost
+    from tv_kernel import tv_cost
+    import polyad as pa
+    from polyad.pipeline import Options
+
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    script = f"import sys; sys.path.insert(0, {tests_dir!r})\n" + GRADIENT_SCRIPT
+    asan = Options(sanitize="address")
+    prebuilt = [(pa.grad(k, wrt=wrt), replace(asan, fuse=fuse))
+                for k, wrt, fuse in [(tv_cost, ["g"], False),
+                                     (deconvolution("f64"), ["x", "f"], False),
+                                     (deconvolution("f64"), ["x", "f"], True),
+                                     (conv_cost, ["w", "x"], False),
+                                     (conv_cost, ["x"], False),
+                                     (stencil7, ["x"], True)]] + [(conv_cost, asan)]
+    run_script_under_asan(tmp_path, repo_root, script, "ASAN-SCRIPT-OK", prebuilt)
+    _instrumented_libraries(tmp_path / "cache")
 
 
 def test_a_sanitized_build_compiles_at_o1(monkeypatch):

@@ -1,5 +1,5 @@
 """The CUDA target: nvcc compiles the generated CUDA of both corpora, the CPU
-simulator (target "cuda-sim") runs the same text and matches OpenMP, and
+simulator (target "cuda-sim") runs the same text and matches the reference interpreter, and
 target "cuda" without a GPU raises pa.DeviceError.
 
 Every kernel of the forward corpus (``cuda_corpus.forward_kernels``) and
@@ -19,7 +19,7 @@ import pytest
 
 import polyad as pa
 import cuda_corpus
-from cuda_corpus import assert_matches, assert_matches_openmp, copies, kernel_of, results
+from cuda_corpus import assert_matches, assert_matches_reference, copies, kernel_of, results
 from deconv_kernels import deconvolution
 from polyad.pipeline import Options
 from polyad.schedule import why_parts_not_apart
@@ -40,11 +40,10 @@ def _plan(kernel, deterministic=False):
 
 @pytest.fixture(scope="session")
 def simulated():
-    """``{name: (cuda-sim kernel, openmp kernel)}`` for every corpus kernel (built in parallel:
-    the compilers run as subprocesses)."""
+    """``{name: cuda-sim kernel}`` for every corpus kernel (built in parallel: the compilers
+    run as subprocesses)."""
     def build(name):
-        k = kernel_of(name)
-        return name, (pa.compile(k, target="cuda-sim"), pa.compile(k))
+        return name, pa.compile(kernel_of(name), target="cuda-sim")
     with ThreadPoolExecutor(2) as pool:
         return dict(pool.map(build, NAMES))
 
@@ -87,7 +86,7 @@ def _assert_nvcc_compiles(items, tmp_path, stem):
 
 @pytest.mark.parametrize("batch", range(NVCC_BATCHES))
 def test_nvcc_compiles_the_corpora(simulated, tmp_path, batch):
-    items = [(n, simulated[n][0]) for n in NAMES[batch::NVCC_BATCHES]]
+    items = [(n, simulated[n]) for n in NAMES[batch::NVCC_BATCHES]]
     _assert_nvcc_compiles(items, tmp_path, f"batch{batch}")
 
 
@@ -113,13 +112,13 @@ def test_nvcc_builds_a_loadable_library():
 
 
 # ---------------------------------------------------------------------------
-# the simulator against OpenMP
+# the simulator against the reference interpreter
 # ---------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_simulator_matches_openmp(simulated, name):
-    assert_matches_openmp(name, simulated[name][0])
+def test_simulator_matches_the_interpreter(simulated, name):
+    assert_matches_reference(name, simulated[name])
 
 
 # ---------------------------------------------------------------------------
@@ -128,7 +127,7 @@ def test_simulator_matches_openmp(simulated, name):
 
 
 def test_scalar_reduction_is_a_block_reduction(simulated):
-    sim, _ = simulated["tv_cost"]
+    sim = simulated["tv_cost"]
     primal = pa.compile(tv_cost, target="cuda-sim")
     assert "pa_reduce_add(&pa_s->C, C);" in primal.source
     assert any(lp.reductions for lp in _plan(tv_cost).loops.values())
@@ -138,7 +137,7 @@ def test_scalar_reduction_is_a_block_reduction(simulated):
 def test_filter_gradient_is_summed_in_registers(simulated):
     """deconv's d_f[k] += ... (5 taps): per-thread partial sums and one block reduction
     per element, not shared-memory atomics on 5 addresses."""
-    sim, _ = simulated["deconv_wrt_image_and_filter"]
+    sim = simulated["deconv_wrt_image_and_filter"]
     assert "d_f_lane[5] = {};" in sim.source
     assert re.search(r"d_f_lane\[\w+\] \+= ", sim.source)
     for e in range(5):
@@ -154,8 +153,8 @@ def test_other_small_targets_are_privatized_in_shared_memory(simulated):
               if set(lp.privatized) - set(lp.lanes)]
     assert shared, "no corpus kernel exercises shared-memory privatization"
     for n in shared:
-        assert "pa_privatize_begin(" in simulated[n][0].source, n
-        assert re.search(r"atomicAdd\(&\w+_block\[", simulated[n][0].source), n
+        assert "pa_privatize_begin(" in simulated[n].source, n
+        assert re.search(r"atomicAdd\(&\w+_block\[", simulated[n].source), n
 
 
 def test_a_threads_own_element_is_updated_in_a_register(simulated):
@@ -163,13 +162,13 @@ def test_a_threads_own_element_is_updated_in_a_register(simulated):
     thread and one store, not a store after every update; an element read before its first
     write is loaded first (piecewise's y[i], written under conditions); one written once is
     left alone (floyd-warshall's row copy, test_split)."""
-    sim, _ = simulated["tv_cost"]
+    sim = simulated["tv_cost"]
     assert "double d_g_here;  // this thread's d_g[m * N + n], stored once below" in sim.source
     assert sim.source.count("d_g[m * N + n] = d_g_here;") == 1
     assert "d_g[m * N + n] +=" not in sim.source
-    inplace, _ = simulated["temp_inplace_relu_and_mul_assign"]
+    inplace = simulated["temp_inplace_relu_and_mul_assign"]
     assert "h_here *= h_here;  // line 562: h[i] *= h[i]" in inplace.source  # DSL text kept
-    piecewise, _ = simulated["test_forward_kernels.piecewise"]
+    piecewise = simulated["test_forward_kernels.piecewise"]
     assert "double y_here = y[i];  // this thread's y[i], stored once below" in piecewise.source
     assert "y_here = 2.0 * x[i];  // line 685: y[i] = 2.0 * x[i]" in piecewise.source
 
@@ -178,7 +177,7 @@ def test_other_scatters_use_global_atomics(simulated):
     atomics = [n for n in NAMES if any(lp.atomic for lp in _plan(kernel_of(n)).loops.values())]
     assert atomics, "no corpus kernel exercises global atomics"
     for n in atomics:
-        assert re.search(r"atomicAdd\(&", simulated[n][0].source), n
+        assert re.search(r"atomicAdd\(&", simulated[n].source), n
 
 
 def test_two_dimensional_bands_get_32x8_tiles(simulated):

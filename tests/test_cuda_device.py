@@ -1,7 +1,8 @@
 """The CUDA target on a real NVIDIA GPU (target "cuda", nvcc -arch=native).
 
 - every kernel of the forward and gradient corpora (``cuda_corpus.NAMES``)
-  runs on the device and matches OpenMP (float64 to 1e-12, float32 2e-5);
+  runs on the device and matches the reference interpreter (float64 to 1e-12,
+  float32 2e-5);
 - PyTorch CUDA tensors and CuPy arrays are used in place, outputs come back
   as the same kind on the same device;
 - deterministic reductions are bitwise repeatable on the device, reductions
@@ -26,7 +27,7 @@ import numpy as np
 import pytest
 
 import polyad as pa
-from cuda_corpus import (GRADIENTS, NAMES, assert_matches, assert_matches_openmp,
+from cuda_corpus import (GRADIENTS, NAMES, assert_matches, assert_matches_reference,
                          assert_tv_gradient_over_many_blocks, copies, kernel_of, results)
 from polyad.runtime.cuda import DeviceArray, gpu_count
 from tape_kernels import KERNELS, make_args
@@ -36,10 +37,10 @@ pytestmark = pytest.mark.skipif(gpu_count() == 0, reason="needs an NVIDIA GPU (C
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_device_matches_openmp(name):
+def test_device_matches_the_interpreter(name):
     gpu = pa.compile(kernel_of(name), target="cuda")
     assert gpu.arch == "native"
-    assert_matches_openmp(name, gpu)
+    assert_matches_reference(name, gpu)
 
 
 def test_large_reduction_and_gradient_over_many_blocks(rng):

@@ -5,9 +5,9 @@ them itself in the functions OpenMP outlines, whose pointers lose ``restrict``."
 import re
 import textwrap
 
-
 import polyad as pa
 from polyad.emit.cexpr import unparen
+from polyad.pipeline import Options
 
 from deconv_kernels import deconvolution
 from test_asan import run_script_under_asan
@@ -103,7 +103,10 @@ def test_gradients_with_reads_kept_in_locals_match_the_interpreter_under_asan(tm
     """Sizes 1-5: rows of one or two pixels run none of the interior's vector loops."""
     tests_dir = str(__import__("pathlib").Path(__file__).resolve().parent)
     script = f"import sys; sys.path.insert(0, {tests_dir!r})\n" + ASAN_SCRIPT
-    run_script_under_asan(tmp_path, repo_root, script, "ASAN-SCRIPT-OK")
+    prebuilt = [(pa.grad(kernel, wrt=wrt), Options(sanitize="address", deterministic=d))
+                for kernel, wrt in [(conv_cost, ["w", "x"]), (deconvolution("f64"), ["x", "f"])]
+                for d in (False, True)]
+    run_script_under_asan(tmp_path, repo_root, script, "ASAN-SCRIPT-OK", prebuilt)
 
 
 def test_only_reads_every_iteration_makes_at_the_same_element_move():

@@ -168,7 +168,12 @@ def _written_inside(arrays: dict, target) -> tuple:
 
 
 def reverse_loop(lp: Loop) -> Loop:
-    """The same iterations, in the opposite order."""
+    """The same iterations, in the opposite order.
+
+    A strided loop starts at its last iteration, ``lo + s * ((hi - lo - 1) // s)``; the
+    schedule stage's ``strides._reversal`` recognises exactly this form (and runs the
+    loop over its iteration numbers, without the floor), so a change here changes it too.
+    """
     s = lp.step
     if s == 1:
         return Loop(lp.var, X.isub(lp.hi, X.ic(1)), X.isub(lp.lo, X.ic(1)), -1)
