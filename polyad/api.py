@@ -145,8 +145,13 @@ class Kernel:
 
     @property
     def source(self) -> str:
-        """The generated OpenMP C source."""
-        return self.compile().source
+        """The generated OpenMP C source: the pipeline's output (from its cache, or made),
+        without running the C compiler."""
+        options = Options()
+        if options in self._compiled:
+            return self._compiled[options].source
+        return build_kernel(self.ir, options, self._artifacts.get(options),
+                            lambda: self.artifact(options)).source
 
     def explain(self, format: str = "text", target: str = "openmp",
                 deterministic: bool = False, tile=None, fuse: Optional[bool] = None) -> str:

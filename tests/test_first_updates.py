@@ -66,7 +66,7 @@ def test_deconvolution_gradient_assigns_its_interiors():
         assert all(st.loops[0].var == "m" for st in writes)
     (zero,) = [st for st in sk.kernel.statements if st.source == "zero d_x"]
     assert not zero.conditions
-    src = pa.compile(grad, fuse=False).source
+    src = artifact_of(grad, Options(fuse=False)).source
     assert "d_t_row[n] = d_r_expanded[(m + 2) * N + n] * f_0" in src
     assert "d_x[m * N + n] = d_t_row[n + 2] * f_0" in src
     # (the edge rows of d_t are zeroed and summed into in their iterations, in cache)

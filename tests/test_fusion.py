@@ -102,7 +102,7 @@ def test_deconvolution_gradient_keeps_blur_rows_per_thread():
     assert sk.kernel.array_type("d_t_rows").shape[0] == pa.ir.Const(1, pa.ir.i64)
     # no full-size temporary is left for the caller to pass
     assert sk.kernel.caller_temps == ()
-    source = pa.compile(g, fuse=True).source
+    source = artifact_of(g, Options(fuse=True)).source
     assert "double *restrict t, " not in source and "malloc(" in source
     # some chunk loop runs its chunks on threads, each with its own buffers
     chunk_loops = [lp for lp in sk.loops.values() if lp.row_buffers]
@@ -457,7 +457,7 @@ def test_rows_of_a_row_buffer_are_padded_past_a_row(dtype, pad):
     assert [pa.ir.expr_str(e) for t in planes if t.role == "rows" for e in t.type.shape[1:]] \
         == ["Y", "Z"]
     rng = np.random.default_rng(17)
-    m, n = CHUNK_ROWS + 5, 256
+    m, n = CHUNK_ROWS + 5, 16
     t = np.float64 if dtype == "f64" else np.float32
     x, f, y = (rng.standard_normal((m, n)).astype(t), rng.standard_normal(5).astype(t),
                rng.standard_normal((m, n)).astype(t))

@@ -203,3 +203,26 @@ def test_a_second_kernel_of_the_same_ir_reuses_the_artifact(tmp_path, monkeypatc
     monkeypatch.setattr(pipeline, "RECENT_ARTIFACTS", 2)
     vjp().artifact(Options(fuse=False))
     assert len(pipeline._recent_artifacts) == 2 and len(calls) == 4
+
+
+def test_the_source_is_read_without_the_c_compiler(tmp_path, monkeypatch):
+    """``kernel.source`` is the pipeline's text: from the pipeline cache in a process that
+    did not make it, else made, and no C compiler runs for it; once the kernel is
+    compiled, the source of its build."""
+    from polyad.runtime import toolchain
+    monkeypatch.setenv("POLYAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(pipeline, "_recent_artifacts", type(pipeline._recent_artifacts)())
+    builds = []
+    cached_build = toolchain._cached_build
+    monkeypatch.setattr(toolchain, "_cached_build",
+                        lambda *a, **kw: builds.append(a[1]) or cached_build(*a, **kw))
+    k = _kernel(19.0)
+    runs = pipeline.pipeline_runs
+    src = k.source
+    assert "19.0 * x[i]" in src and builds == [] and pipeline.pipeline_runs == runs + 1
+    # a new kernel object of the same IR, in a process without the artifact: the cache
+    monkeypatch.setattr(pipeline, "_recent_artifacts", type(pipeline._recent_artifacts)())
+    assert pa.Kernel(ir_kernel=k.ir).source == src and pipeline.pipeline_runs == runs + 1
+    assert builds == []
+    assert pa.compile(k).source == src and len(builds) == 1
+    assert k.source == src and len(builds) == 1
