@@ -198,7 +198,7 @@ def _libraries(directory):
 def test_damaged_cache_entry_is_rebuilt(tmp_path, monkeypatch, damage):
     monkeypatch.setenv("POLYAD_CACHE_DIR", str(tmp_path))
     x = np.arange(4.0)
-    src = pa.Kernel(ir_kernel=cached_scale.ir).source     # fills the cache
+    src = pa.compile(pa.Kernel(ir_kernel=cached_scale.ir)).source     # fills the cache
     (lib,) = _libraries(tmp_path)
     data = open(lib, "rb").read()
     bad = tmp_path / "damaged"
