@@ -248,8 +248,8 @@ def prebuild_pipelines(cache_dir, kernels) -> None:
     schedule a call may switch to (``Build.chunked_extents``), as ``pa.compile`` would.
 
     A script under ASan then finds them there: only the generated code is instrumented,
-    but ISL under ASan's allocator runs several times slower (a gradient of the benchmarks
-    took 14-27 s there against 8 s here). The artifacts are made in this process's own
+    but ISL runs slower under ASan's allocator (the benchmark gradients took 13-27 s
+    there, 8-11 s in a plain process). The artifacts are made in this process's own
     cache context, so the tests of a worker share them."""
     todo, done = list(kernels), []
     while todo:
