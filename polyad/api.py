@@ -130,10 +130,7 @@ class Kernel:
         """Schedule, emit and compile (cached per option set); see ``pa.compile``."""
         options = Options(target, deterministic, sanitize, tile, fuse)
         if options not in self._compiled:
-            art = self._artifacts.get(options.source_options)
-            # On a pipeline cache miss the artifact is made (and kept) by
-            # self.artifact, so that targets of one schedule family share a schedule.
-            build = build_kernel(self.ir, options, art, lambda: self.artifact(options))
+            build = self._build(options)
             function = options.target_object.load(build, sanitize)
             if build.chunked_extents:
                 function.run_unfused_when_unbalanced(
@@ -150,8 +147,14 @@ class Kernel:
         options = Options()
         if options in self._compiled:
             return self._compiled[options].source
-        return build_kernel(self.ir, options, self._artifacts.get(options),
-                            lambda: self.artifact(options)).source
+        return self._build(options).source
+
+    def _build(self, options: Options):
+        """The pipeline's ``Build`` for ``options``: from the pipeline cache, else from this
+        kernel's artifact (made and kept by ``artifact`` on a miss, so that targets of one
+        schedule family share a schedule)."""
+        return build_kernel(self.ir, options, self._artifacts.get(options.source_options),
+                            lambda: self.artifact(options))
 
     def explain(self, format: str = "text", target: str = "openmp",
                 deterministic: bool = False, tile=None, fuse: Optional[bool] = None) -> str:

@@ -137,10 +137,10 @@ def assert_matches_reference(name: str, kernel) -> None:
     the corpora are checked against it, JAX and finite differences by their own tests;
     the interpreter runs the 123 entries in about a second, where building them for
     OpenMP again took minutes of the suite.)"""
-    args = arguments(name)
+    args, reference = arguments(name), kernel_of(name)
     ref_args, other_args = copies(args), copies(args)
-    expected = results(call_interpreted(kernel_of(name), **ref_args))
-    result = kernel_of(name).ir.result
+    expected = results(call_interpreted(reference, **ref_args))
+    result = reference.ir.result
     if result is not None:  # returned as a Python number: in the kernel's own type
         expected[0] = expected[0].astype(result[1].np)
     actual = results(kernel(**other_args))

@@ -258,22 +258,17 @@ def prebuild_pipelines(cache_dir, kernels) -> None:
         done.append((kernel, options, art))
         if art.build.chunked_extents and options.fuse is None:
             todo.append((kernel, replace(options, fuse=False)))
-    old = os.environ.get("POLYAD_CACHE_DIR")
-    os.environ["POLYAD_CACHE_DIR"] = str(cache_dir)
-    try:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("POLYAD_CACHE_DIR", str(cache_dir))
         for kernel, options, art in done:
             build_kernel(kernel_ir(kernel), options, art)
-    finally:
-        if old is None:
-            del os.environ["POLYAD_CACHE_DIR"]
-        else:
-            os.environ["POLYAD_CACHE_DIR"] = old
 
 
 def run_script_under_asan(tmp_path, repo_root, script_text: str, marker: str,
                           prebuilt=()) -> str:
     """Run ``script_text`` as a Python script with libasan preloaded, polyad from
-    ``repo_root`` and a fresh cache under ``tmp_path``; assert it exits cleanly,
+    ``repo_root``, the tests' modules importable and a fresh cache under ``tmp_path``;
+    assert it exits cleanly,
     reports nothing and prints ``marker``; returns its output. Skips without libasan.
 
     ``prebuilt``: the ``(kernel, Options)`` pairs the script compiles, built here first
@@ -289,7 +284,9 @@ def run_script_under_asan(tmp_path, repo_root, script_text: str, marker: str,
     script.write_text(script_text)
     env = dict(os.environ, LD_PRELOAD=asan_preload(), ASAN_OPTIONS="detect_leaks=0",
                POLYAD_CACHE_DIR=str(tmp_path / "cache"))
-    env["PYTHONPATH"] = os.pathsep.join([repo_root] + [p for p in [env.get("PYTHONPATH")] if p])
+    tests_dir = os.path.dirname(os.path.abspath(__file__))
+    env["PYTHONPATH"] = os.pathsep.join([repo_root, tests_dir]
+                                        + [p for p in [env.get("PYTHONPATH")] if p])
     proc = subprocess.run([sys.executable, str(script)], env=env, capture_output=True,
                           text=True, timeout=600, cwd=str(tmp_path))
     out = proc.stdout + proc.stderr
@@ -314,6 +311,7 @@ def test_asan_kernels_clean(tmp_path, repo_root):
 
 
 def test_asan_gradients_clean(tmp_path, repo_root):
+    # imported here: test_border_pieces imports this module
     from deconv_kernels import deconvolution
     from test_border_pieces import stencil7
     from test_loop_order import conv_cost
@@ -321,8 +319,6 @@ def test_asan_gradients_clean(tmp_path, repo_root):
     import polyad as pa
     from polyad.pipeline import Options
 
-    tests_dir = os.path.dirname(os.path.abspath(__file__))
-    script = f"import sys; sys.path.insert(0, {tests_dir!r})\n" + GRADIENT_SCRIPT
     asan = Options(sanitize="address")
     prebuilt = [(pa.grad(k, wrt=wrt), replace(asan, fuse=fuse))
                 for k, wrt, fuse in [(tv_cost, ["g"], False),
@@ -331,7 +327,7 @@ def test_asan_gradients_clean(tmp_path, repo_root):
                                      (conv_cost, ["w", "x"], False),
                                      (conv_cost, ["x"], False),
                                      (stencil7, ["x"], True)]] + [(conv_cost, asan)]
-    run_script_under_asan(tmp_path, repo_root, script, "ASAN-SCRIPT-OK", prebuilt)
+    run_script_under_asan(tmp_path, repo_root, GRADIENT_SCRIPT, "ASAN-SCRIPT-OK", prebuilt)
     _instrumented_libraries(tmp_path / "cache")
 
 

@@ -101,12 +101,10 @@ ASAN_SCRIPT = textwrap.dedent('''
 def test_gradients_with_reads_kept_in_locals_match_the_interpreter_under_asan(tmp_path,
                                                                               repo_root):
     """Sizes 1-5: rows of one or two pixels run none of the interior's vector loops."""
-    tests_dir = str(__import__("pathlib").Path(__file__).resolve().parent)
-    script = f"import sys; sys.path.insert(0, {tests_dir!r})\n" + ASAN_SCRIPT
     prebuilt = [(pa.grad(kernel, wrt=wrt), Options(sanitize="address", deterministic=d))
                 for kernel, wrt in [(conv_cost, ["w", "x"]), (deconvolution("f64"), ["x", "f"])]
                 for d in (False, True)]
-    run_script_under_asan(tmp_path, repo_root, script, "ASAN-SCRIPT-OK", prebuilt)
+    run_script_under_asan(tmp_path, repo_root, ASAN_SCRIPT, "ASAN-SCRIPT-OK", prebuilt)
 
 
 def test_only_reads_every_iteration_makes_at_the_same_element_move():
