@@ -2,7 +2,7 @@
 
 * ``POLYAD_CACHE_DIR`` points to a fresh per-session directory, set at import
   time (before any test compiles a kernel) so that the suite never touches the
-  user's compile cache.
+  user's compile cache; pytest-xdist's workers share it.
 * ``rng`` fixture: a deterministic numpy Generator.
 * A test that takes ``monkeypatch`` starts and ends with no artifact remembered
   in this process (``polyad.pipeline.recent_artifact``): one it made with a
@@ -24,9 +24,18 @@ import pytest
 _TESTS_DIR = os.path.dirname(os.path.abspath(__file__))
 _REPO_ROOT = os.path.dirname(_TESTS_DIR)
 
-_CACHE_DIR = tempfile.mkdtemp(prefix="polyad-test-cache-")
+# pytest-xdist's workers inherit the environment of the process that starts them, which
+# has imported this file first: they share its directory, so a kernel one worker built
+# is not built again by another (the cache is safe for concurrent processes: entries
+# are written under temporary names and moved into place). The process that made the
+# directory removes it.
+_SESSION_CACHE_VARIABLE = "POLYAD_TEST_SESSION_CACHE_DIR"
+_CACHE_DIR = os.environ.get(_SESSION_CACHE_VARIABLE) if os.environ.get("PYTEST_XDIST_WORKER") else None
+if not _CACHE_DIR or not os.path.isdir(_CACHE_DIR):
+    _CACHE_DIR = tempfile.mkdtemp(prefix="polyad-test-cache-")
+    os.environ[_SESSION_CACHE_VARIABLE] = _CACHE_DIR
+    atexit.register(shutil.rmtree, _CACHE_DIR, ignore_errors=True)
 os.environ["POLYAD_CACHE_DIR"] = _CACHE_DIR
-atexit.register(shutil.rmtree, _CACHE_DIR, ignore_errors=True)
 
 if _TESTS_DIR not in sys.path:
     sys.path.insert(0, _TESTS_DIR)
