@@ -4,9 +4,14 @@
   time (before any test compiles a kernel) so that the suite never touches the
   user's compile cache; pytest-xdist's workers share it.
 * ``rng`` fixture: a deterministic numpy Generator.
-* A test that takes ``monkeypatch`` starts and ends with no artifact remembered
-  in this process (``polyad.pipeline.recent_artifact``): one it made with a
-  patched compiler must not serve later tests, nor one made before serve it.
+* A test that takes ``monkeypatch`` starts with no artifact remembered in this
+  process (``polyad.pipeline.recent_artifact``) and ends with those remembered
+  before it: one it made with a patched compiler must not serve later tests, nor
+  one made before serve it. (Emptying the memory after such a test instead made
+  the later tests schedule the benchmark gradients again: 159 s of ISL in a run.)
+* The process remembers up to ``RECENT_ARTIFACTS_IN_TESTS`` artifacts instead of
+  polyad's default: the test files inspect some 40 variants of the benchmark
+  gradients (each 5-25 MB of ISL objects, 4-15 s to schedule).
 * ``tests/`` is put on ``sys.path`` so test modules can import the small numpy
   reference helpers in ``npref.py`` whatever pytest's import mode is.
 """
@@ -44,6 +49,19 @@ if importlib.util.find_spec("polyad") is None:
     sys.path.insert(0, _REPO_ROOT)
 
 
+RECENT_ARTIFACTS_IN_TESTS = 96
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _more_remembered_artifacts():
+    """See the module docstring."""
+    from polyad import pipeline
+    default = pipeline.RECENT_ARTIFACTS
+    pipeline.RECENT_ARTIFACTS = RECENT_ARTIFACTS_IN_TESTS
+    yield
+    pipeline.RECENT_ARTIFACTS = default
+
+
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
@@ -59,9 +77,12 @@ def repo_root():
 def _no_remembered_artifacts_around_patches(request):
     """See the module docstring: artifacts and monkeypatched compilers stay apart."""
     from polyad import pipeline
-    patched = "monkeypatch" in request.fixturenames
-    if patched:
-        pipeline._recent_artifacts.clear()
+    if "monkeypatch" not in request.fixturenames:
+        yield
+        return
+    remembered = pipeline._recent_artifacts  # (the test may patch the name itself)
+    before = list(remembered.items())
+    remembered.clear()
     yield
-    if patched:
-        pipeline._recent_artifacts.clear()
+    remembered.clear()
+    remembered.update(before)
