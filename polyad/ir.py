@@ -279,6 +279,15 @@ def loads(expr: Expr) -> list[Load]:
     return [e for e in walk(expr) if isinstance(e, Load)]
 
 
+def fresh_name(base: str, taken, first: int = 1, separator: str = "") -> str:
+    """``base`` if it is not in ``taken``, else ``base`` + ``separator`` + the first number
+    from ``first`` on that makes a name not in ``taken`` (``taken`` is not changed)."""
+    name, k = base, first
+    while name in taken:
+        name, k = f"{base}{separator}{k}", k + 1
+    return name
+
+
 # --------------------------------------------------------------------------
 # types of kernel parameters
 # --------------------------------------------------------------------------

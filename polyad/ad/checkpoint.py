@@ -176,8 +176,8 @@ def split_loop(k: ir.Kernel) -> LoopSplit:
 
     used = set(local_names) | {p.name for p in k.params} | {t.name for t in k.temps} \
         | set(k.sizes) | {v for st in k.statements for v in st.loop_vars}
-    start = _fresh(SEGMENT_START, used)
-    stop = _fresh(SEGMENT_STOP, used | {start})
+    start = ir.fresh_name(SEGMENT_START, used, separator="_")
+    stop = ir.fresh_name(SEGMENT_STOP, used | {start}, separator="_")
     arrays = {p.name: p.type for p in k.params if p.is_array}
     arrays.update({t.name: t.type for t in k.temps})
     temps = {t.name: t for t in k.temps}
@@ -223,7 +223,7 @@ def _step_kernel(k, inside, lp, start, arrays, temps, entry, local, used):
     names = set(used) | set(arrays)
     renamed = {}
     for n in entry:
-        renamed[n] = _fresh(f"{n}_next", names)
+        renamed[n] = ir.fresh_name(f"{n}_next", names, separator="_")
         names.add(renamed[n])
     # the loop variable becomes the parameter t0: the step's loop nests are top-level
     # nests (the adjoint can gather from one nest into the next), its bounds conditions
@@ -238,7 +238,7 @@ def _step_kernel(k, inside, lp, start, arrays, temps, entry, local, used):
     stmts, new_temps = [], {}
     for c, (n, nxt) in enumerate(renamed.items()):
         at = arrays[n]
-        vs = [_fresh(f"{n.lower()}_i{d}", names) for d in range(at.ndim)]
+        vs = [ir.fresh_name(f"{n.lower()}_i{d}", names, separator="_") for d in range(at.ndim)]
         names.update(vs)
         ix = tuple(LoopVar(v) for v in vs)
         stmts.append(Statement(f"copy_{n}", tuple(Loop(v, X.ic(0), ext, 1)
@@ -300,7 +300,7 @@ def _argument_temp(st: Statement, names: set, new_temps: dict):
         for a, arg in enumerate(call.args):
             if not arg.dtype.is_float or len(set(ir.loads(arg))) < 2:
                 continue
-            z = _fresh(f"{st.name}_arg", names)
+            z = ir.fresh_name(f"{st.name}_arg", names, separator="_")
             names.add(z)
             at = ir.ArrayType(arg.dtype, tuple(lp.hi for lp in inner))
             new_temps[z] = ir.Temp(z, at, False, "user",
@@ -317,14 +317,6 @@ def _argument_temp(st: Statement, names: set, new_temps: dict):
                                          source=f"argument of {call.func} in: {st.source}")
             return z_stmt, dataclasses.replace(st, expr=expr)
     return None
-
-
-def _fresh(base: str, used: set) -> str:
-    name, n = base, 1
-    while name in used:
-        name = f"{base}_{n}"
-        n += 1
-    return name
 
 
 def _reads_before_writes(seg: ir.Kernel, array: str) -> str:

@@ -55,10 +55,8 @@ class Names:
         self.used = set(used)
 
     def fresh(self, base: str) -> str:
-        name, k = base, 1
-        while name in self.used:
-            name = f"{base}_{k}"
-            k += 1
+        """``base``, or ``base_1``, ``base_2``, ... if used; used from now on."""
+        name = ir.fresh_name(base, self.used, separator="_")
         self.used.add(name)
         return name
 

@@ -241,12 +241,7 @@ class KernelBuilder:
 
     def fresh(self, base: str) -> str:
         """``base``, or ``base2``, ``base3``, ... if taken."""
-        taken = self.taken_names()
-        name, k = base, 1
-        while name in taken:
-            k += 1
-            name = f"{base}{k}"
-        return name
+        return ir.fresh_name(base, self.taken_names(), first=2)
 
     def note_sizes(self, e: Expr) -> None:
         """Record the sizes ``e`` mentions as sizes of the kernel."""

@@ -33,12 +33,8 @@ def fresh_statement_name(kernel: ir.Kernel, name: str, taken: frozenset = frozen
     """``name``, or ``name`` with a number appended, used by no statement, parameter or
     temporary of ``kernel`` (statements and arrays share ISL's tuple names) nor in
     ``taken`` (names a pass has handed out but not yet added)."""
-    used = ({s.name for s in kernel.statements} | {p.name for p in kernel.params}
-            | {t.name for t in kernel.temps} | set(taken))
-    out, k = name, 1
-    while out in used:
-        out, k = f"{name}{k}", k + 1
-    return out
+    return ir.fresh_name(name, {s.name for s in kernel.statements} | {p.name for p in kernel.params}
+                         | {t.name for t in kernel.temps} | set(taken))
 
 
 def selected_by_loops(target: ir.Load) -> bool:

@@ -265,9 +265,5 @@ def _union(sets: list) -> isl.Set:
 
 
 def _fresh(kernel: ir.Kernel, name: str) -> str:
-    taken = {p.name for p in kernel.params} | {t.name for t in kernel.temps} \
-        | {n for n, _ in kernel.locals}
-    out, k = name, 1
-    while out in taken:
-        out, k = f"{name}{k}", k + 1
-    return out
+    return ir.fresh_name(name, {p.name for p in kernel.params} | {t.name for t in kernel.temps}
+                         | {n for n, _ in kernel.locals})

@@ -142,9 +142,6 @@ def _reversal(first: ir.Expr, end: ir.Expr, step: int):
 
 def _fresh(base: str, taken: set) -> str:
     """``base``, or it with a number from 2 appended, not in ``taken``; added to it."""
-    name, k = base, 1
-    while name in taken:
-        k += 1
-        name = f"{base}{k}"
+    name = ir.fresh_name(base, taken, first=2)
     taken.add(name)
     return name
