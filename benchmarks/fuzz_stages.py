@@ -27,7 +27,7 @@ sys.path.insert(0, str(ROOT))
 import polyad as pa  # noqa: E402
 from polyad import pipeline  # noqa: E402
 from polyad.schedule import build  # noqa: E402
-from tests.fuzz.check import _wrt  # noqa: E402
+from tests.fuzz.check import differentiable_inputs  # noqa: E402
 from tests.fuzz.gen import generate  # noqa: E402
 
 
@@ -65,7 +65,7 @@ def main(argv=None) -> None:
         module = importlib.util.module_from_spec(spec)
         spec.loader.exec_module(module)
         kernel = module.fz_kernel
-        for label, k in (("primal", kernel), ("vjp", pa.vjp(kernel, _wrt(case)))):
+        for label, k in (("primal", kernel), ("vjp", pa.vjp(kernel, differentiable_inputs(case)))):
             start = time.perf_counter()
             art = pipeline.compile_kernel(k.ir)
             print(f"seed {seed} {label}: {time.perf_counter() - start:.1f} s, "

@@ -236,7 +236,8 @@ def check_case(case: Case, workdir: str, grads: bool = True, use_jax: bool = Tru
     return res
 
 
-def _wrt(case):
+def differentiable_inputs(case):
+    """The names of a case's vjp inputs: its float scalars and input (or in-out) arrays."""
     return [n for n, kind, arr in case.params
             if (kind == "array" and arr.role in ("in", "inout")) or kind == "float"]
 
@@ -248,7 +249,7 @@ def _objective(got: dict, cots: dict) -> float:
 def check_vjp(case, kern, ck, ref, valid_sets, res, use_jax, deterministic, sanitize,
               target="openmp"):
     import polyad as pa
-    wrt = _wrt(case)
+    wrt = differentiable_inputs(case)
     if not wrt:
         return
     res_stage = "vjp-derive"
