@@ -656,6 +656,45 @@ def test_the_extent_of_a_tiled_loop_is_bounded_without_its_floors():
 
 
 @pa.kernel
+def mirror_reads_on_two_strides(x0: pa.f64[N + 1, 2 * M].mirror,
+                                x1: pa.f64[2 * N, N, M + 3].mirror,
+                                y0: pa.Out(pa.f64[M + 2, 2 * N, M + 3]), s: pa.f64):
+    for i in range(0, M, 2):
+        for j in range(0, N, 3):
+            y0[i + 1, j, i] += ((x1[N - j - 1, j - 2, i - 1] + s) + x0[j + 1, i + 2])
+            y0[i + 2, j, i] = y0[i + 1, 2 * j, i + 2]
+
+
+def test_the_extent_of_pieces_bounded_by_different_sizes():
+    """Fuzz seed 15364: a loop of the CUDA target's vjp (one loop per band, the pieces as
+    conditions inside) runs pieces bounded by ``3 i < N`` and by ``i <= M + 1`` (one under
+    a floor). The simple hull of their values without the floor keeps neither bound, and
+    ISL failed on its unbounded maximum (``isl.Error`` out of ``pa.compile``). The extent is
+    now that of the pieces themselves there; the vjp computes what the interpreter does."""
+    import types
+    from polyad.schedule.build import _LoopAnalysis
+    from polyad.testing import interpret
+    ctx = isl.Context()
+    model = types.SimpleNamespace(ctx=ctx, context=isl.Set.read_from_str(ctx, "[N, M] -> { : }"))
+    pieces = isl.UnionMap.read_from_str(
+        ctx, "[N, M] -> { S[i] -> [i] : 0 <= i and 3i < N and M > 0; T[i] -> [i] : "
+             "i mod 2 = 0 and N > 0 and 2 <= i <= 1 + M and i <= -2 + 2M }")
+    assert _LoopAnalysis.extent(types.SimpleNamespace(model=model), pieces, 0).to_C_str() \
+        == "N <= 9 && M == 2 ? 3 : M >= 3 && 3 * M + 6 >= N ? M + 2 : (N + 2) / 3"
+    vk = pa.vjp(mirror_reads_on_two_strides, ["x0", "x1", "s"])
+    kernel = pa.compile(vk, target="cuda-sim")
+    rng = np.random.default_rng(15364)
+    for m, n in [(7, 3), (6, 4)]:
+        args = dict(x0=rng.standard_normal((n + 1, 2 * m)),
+                    x1=rng.standard_normal((2 * n, n, m + 3)), s=0.5,
+                    y0_bar=rng.standard_normal((m + 2, 2 * n, m + 3)))
+        got = kernel(**args)
+        _, want = interpret(vk.ir, dict(args), dict(M=m, N=n))
+        for name, value in zip(("d_x0", "d_x1", "d_s"), got):
+            np.testing.assert_allclose(value, want[name], rtol=1e-12, atol=1e-12)
+
+
+@pa.kernel
 def strided_clamped_writes(x0: pa.f64[N, N + 1].clamped, x1: pa.f64[N + 3, M + 2],
                            y0: pa.Out(pa.f64[N, N + 1, N].clamped)):
     for i in range(1, M, 2):

@@ -309,17 +309,26 @@ class _LoopAnalysis:
         return max(int(str(extent.dim_max_val(0))), -int(str(extent.dim_min_val(0))))
 
     def extent(self, sched: isl.UnionMap, depth: int) -> Optional[isl.AstExpr]:
-        """max - min + 1 of the loop's iterator over all its executions, in the sizes; where
-        they need existential variables, of their convex hull without them (an upper bound,
-        which is all the extent is for: a target decides from it how many iterations
-        make its threads pay). The exact max - min of the points of tiles (``256 * floor(i /
-        256) <= N - 257``) took minutes on a fuzz vjp's loop (seed 15320)."""
+        """max - min + 1 of the loop's iterator over all its executions, in the sizes, or
+        None. Where they need existential variables, of their values without them (an
+        upper bound, which is all the extent is for: a target decides from it how many
+        iterations make its threads pay): the simple hull of those, where it bounds the
+        loop both ways, else the union itself. The exact max - min of the points of tiles
+        (``256 * floor(i / 256) <= N - 257``) took minutes on a fuzz vjp's loop (seed
+        15320); the simple hull of pieces bounded by different sizes (``3 i < N`` or ``i
+        <= M + 1``) keeps none of their bounds (seed 15364, where ISL then failed on an
+        unbounded maximum)."""
         rng = isl.Set.from_union_set(sched.range()).project_out(isl.dim_type.set, 0, depth) \
             .project_out(isl.dim_type.set, 1, depth_after(sched, depth))
         if rng.is_empty():
             return None
         if any(piece.dim(isl.dim_type.div) > 0 for piece in rng.get_basic_sets()):
-            rng = isl.Set.from_basic_set(rng.remove_divs().simple_hull())
+            rng = rng.remove_divs()
+            hull = isl.Set.from_basic_set(rng.simple_hull())
+            if _bounded(hull):
+                rng = hull
+        if not _bounded(rng):
+            return None
         width = rng.dim_max(0).sub(rng.dim_min(0)).add_constant_val(
             isl.Val.one(self.model.ctx))
         if width.is_cst() or width.dim(isl.dim_type.param) == 0:
@@ -410,6 +419,13 @@ class _LoopAnalysis:
             small_sizes=(self.small_sizes is not None
                          and ldom.params().is_subset(self.small_sizes)))
         return node.set_annotation(isl.Id(key, context=self.model.ctx))
+
+
+def _bounded(values: isl.Set) -> bool:
+    """Whether every piece of the one-dimensional ``values`` has a lower and an upper bound
+    (in the sizes): then ISL's minimum and maximum exist."""
+    return values.dim_has_lower_bound(isl.dim_type.set, 0) \
+        and values.dim_has_upper_bound(isl.dim_type.set, 0)
 
 
 def depth_after(sched: isl.UnionMap, depth: int) -> int:
