@@ -31,6 +31,13 @@ KNOWN = {
            "is NaN where jax.grad of the reference gives 0.55; the derivative's products of "
            "infinities and zeros associate differently. The reference interpreter run on the "
            "vjp's IR gives the compiled NaN",
+    # found with --cases 60 --seed 15540 --full --asan 8 --cuda-sim 20
+    15579: "overflow in an overwritten intermediate: at M = N = 5 a loop of 'y0[0] *= 3.0 * "
+           "(y0[0] - y0[1])' overflows y0[0] to inf before an assignment overwrites it; the "
+           "adjoint multiplies that value's zero cotangent by the inf partial, so d_x0[4] is "
+           "NaN where central differences of the compiled primal give a finite value (and "
+           "jax.grad of the reference too). The reference interpreter run on the vjp's IR gives "
+           "the same NaN (the class of 15106 and 15260): not fixed",
     # found with --cases 60 --seed 15100 --cuda-sim 60 (the vjp checked with --full only)
     15106: "the oracle, not polyad: the float32 vjp at N = 7 has NaN where the float64 "
            "reference's gradient is finite; products in a triple loop overflow float32 before "
