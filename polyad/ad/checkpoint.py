@@ -50,6 +50,7 @@ from ..looptree import Node, build_tree
 from . import exprs as X
 from ..poly import PolyModel, boundary_access_map, isl_name
 from .recorded import analysable_error_types
+from .reverse import Names
 
 #: names of the segment bounds (made unique against the kernel's own names)
 SEGMENT_START, SEGMENT_STOP = "seg_t0", "seg_t1"
@@ -176,8 +177,9 @@ def split_loop(k: ir.Kernel) -> LoopSplit:
 
     used = set(local_names) | {p.name for p in k.params} | {t.name for t in k.temps} \
         | set(k.sizes) | {v for st in k.statements for v in st.loop_vars}
-    start = ir.fresh_name(SEGMENT_START, used, separator="_")
-    stop = ir.fresh_name(SEGMENT_STOP, used | {start}, separator="_")
+    bound_vars = Names(used)
+    start = bound_vars.fresh(SEGMENT_START)
+    stop = bound_vars.fresh(SEGMENT_STOP)
     arrays = {p.name: p.type for p in k.params if p.is_array}
     arrays.update({t.name: t.type for t in k.temps})
     temps = {t.name: t for t in k.temps}
@@ -220,11 +222,8 @@ def _step_kernel(k, inside, lp, start, arrays, temps, entry, local, used):
     ``entry``: the state arrays whose reads all see the step's entry value; ``local``:
     temporaries the step rewrites before it reads them and nothing after the loop reads:
     temporaries of the step kernel (no cotangent travels with them)."""
-    names = set(used) | set(arrays)
-    renamed = {}
-    for n in entry:
-        renamed[n] = ir.fresh_name(f"{n}_next", names, separator="_")
-        names.add(renamed[n])
+    names = Names(set(used) | set(arrays))
+    renamed = {n: names.fresh(f"{n}_next") for n in entry}
     # the loop variable becomes the parameter t0: the step's loop nests are top-level
     # nests (the adjoint can gather from one nest into the next), its bounds conditions
     t0 = ScalarRef(start, ir.i64)
@@ -238,8 +237,7 @@ def _step_kernel(k, inside, lp, start, arrays, temps, entry, local, used):
     stmts, new_temps = [], {}
     for c, (n, nxt) in enumerate(renamed.items()):
         at = arrays[n]
-        vs = [ir.fresh_name(f"{n.lower()}_i{d}", names, separator="_") for d in range(at.ndim)]
-        names.update(vs)
+        vs = [names.fresh(f"{n.lower()}_i{d}") for d in range(at.ndim)]
         ix = tuple(LoopVar(v) for v in vs)
         stmts.append(Statement(f"copy_{n}", tuple(Loop(v, X.ic(0), ext, 1)
                                                   for v, ext in zip(vs, at.shape)),
@@ -280,7 +278,7 @@ def _first_line(stmts) -> int:
     return min(st.line for st in stmts)
 
 
-def _argument_temp(st: Statement, names: set, new_temps: dict):
+def _argument_temp(st: Statement, names: Names, new_temps: dict):
     """(``Z[i, j] = arg`` in a loop nest of its own, ``st`` reading ``Z[i, j]`` instead of
     ``arg``) for the first
     transcendental call of ``st`` whose argument reads two or more array elements; None
@@ -300,8 +298,7 @@ def _argument_temp(st: Statement, names: set, new_temps: dict):
         for a, arg in enumerate(call.args):
             if not arg.dtype.is_float or len(set(ir.loads(arg))) < 2:
                 continue
-            z = ir.fresh_name(f"{st.name}_arg", names, separator="_")
-            names.add(z)
+            z = names.fresh(f"{st.name}_arg")
             at = ir.ArrayType(arg.dtype, tuple(lp.hi for lp in inner))
             new_temps[z] = ir.Temp(z, at, False, "user",
                                    holds=f"the argument of {call.func} in: {st.source}")

@@ -34,7 +34,7 @@ from .loop_order import (add_decisions, block_sum_rows_in_registers, block_sums_
                          unit_stride_innermost)
 from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, dependences,
                     isl_name, large_sizes, maps_of, operation_quota, split_boundary_pieces,
-                    strided_ast_build_crashes, text_within_seconds)
+                    strided_ast_build_crashes, text_within_seconds, values_without_divs)
 
 _REDUCTION_OPS = {"+=": "+", "-=": "+", "*=": "*"}
 
@@ -310,24 +310,15 @@ class _LoopAnalysis:
 
     def extent(self, sched: isl.UnionMap, depth: int) -> Optional[isl.AstExpr]:
         """max - min + 1 of the loop's iterator over all its executions, in the sizes, or
-        None. Where they need existential variables, of their values without them (an
-        upper bound, which is all the extent is for: a target decides from it how many
-        iterations make its threads pay): the simple hull of those, where it bounds the
-        loop both ways, else the union itself. The exact max - min of the points of tiles
-        (``256 * floor(i / 256) <= N - 257``) took minutes on a fuzz vjp's loop (seed
-        15320); the simple hull of pieces bounded by different sizes (``3 i < N`` or ``i
-        <= M + 1``) keeps none of their bounds (seed 15364, where ISL then failed on an
-        unbounded maximum)."""
+        None. Of ``poly.values_without_divs`` of its values where they need existential
+        variables: an upper bound, which is all the extent is for (a target decides from it
+        how many iterations make its threads pay)."""
         rng = isl.Set.from_union_set(sched.range()).project_out(isl.dim_type.set, 0, depth) \
             .project_out(isl.dim_type.set, 1, depth_after(sched, depth))
         if rng.is_empty():
             return None
-        if any(piece.dim(isl.dim_type.div) > 0 for piece in rng.get_basic_sets()):
-            rng = rng.remove_divs()
-            hull = isl.Set.from_basic_set(rng.simple_hull())
-            if _bounded(hull):
-                rng = hull
-        if not _bounded(rng):
+        rng = values_without_divs(rng)
+        if rng is None:
             return None
         width = rng.dim_max(0).sub(rng.dim_min(0)).add_constant_val(
             isl.Val.one(self.model.ctx))
@@ -419,13 +410,6 @@ class _LoopAnalysis:
             small_sizes=(self.small_sizes is not None
                          and ldom.params().is_subset(self.small_sizes)))
         return node.set_annotation(isl.Id(key, context=self.model.ctx))
-
-
-def _bounded(values: isl.Set) -> bool:
-    """Whether every piece of the one-dimensional ``values`` has a lower and an upper bound
-    (in the sizes): then ISL's minimum and maximum exist."""
-    return values.dim_has_lower_bound(isl.dim_type.set, 0) \
-        and values.dim_has_upper_bound(isl.dim_type.set, 0)
 
 
 def depth_after(sched: isl.UnionMap, depth: int) -> int:
