@@ -5,10 +5,11 @@
   user's compile cache; pytest-xdist's workers share it.
 * ``rng`` fixture: a deterministic numpy Generator.
 * A test that takes ``monkeypatch`` starts with no artifact remembered in this
-  process (``polyad.pipeline.recent_artifact``) and ends with those remembered
-  before it: one it made with a patched compiler must not serve later tests, nor
-  one made before serve it. (Emptying the memory after such a test instead made
-  the later tests schedule the benchmark gradients again: 159 s of ISL in a run.)
+  process (``polyad.pipeline.recent_artifact``), nor dependence analysis
+  (``polyad.poly._variable_analysis``), and ends with those remembered before it:
+  one it made with a patched compiler must not serve later tests, nor one made
+  before serve it. (Emptying the memory after such a test instead made the later
+  tests schedule the benchmark gradients again: 159 s of ISL in a run.)
 * The process remembers up to ``RECENT_ARTIFACTS_IN_TESTS`` artifacts instead of
   polyad's default: the test files inspect some 40 variants of the benchmark
   gradients (each 5-25 MB of ISL objects, 4-15 s to schedule).
@@ -76,13 +77,16 @@ def repo_root():
 @pytest.fixture(autouse=True)
 def _no_remembered_artifacts_around_patches(request):
     """See the module docstring: artifacts and monkeypatched compilers stay apart."""
-    from polyad import pipeline
+    from polyad import pipeline, poly
     if "monkeypatch" not in request.fixturenames:
         yield
         return
-    remembered = pipeline._recent_artifacts  # (the test may patch the name itself)
-    before = list(remembered.items())
-    remembered.clear()
+    # (the test may patch the names themselves)
+    memories = [pipeline._recent_artifacts, poly._recent_analyses]
+    before = [list(remembered.items()) for remembered in memories]
+    for remembered in memories:
+        remembered.clear()
     yield
-    remembered.clear()
-    remembered.update(before)
+    for remembered, items in zip(memories, before):
+        remembered.clear()
+        remembered.update(items)

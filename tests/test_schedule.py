@@ -493,6 +493,31 @@ def test_accumulator_arrays_are_the_arrays_only_updates_touch_in_loops():
     assert all(o.loops[-1].var == "n" for o in updates if o.loops)
 
 
+def test_a_variable_analysed_again_is_answered_from_memory(monkeypatch):
+    """``poly._variable_analysis``: a second model of a kernel (a new ISL context, as
+    another compilation has) gets the dependences of the first, equal relations, without
+    running ISL's analysis again."""
+    import islpy as isl
+    from polyad import poly
+
+    ran = []
+    analyse = poly._variable_dependences
+    monkeypatch.setattr(poly, "_variable_dependences", lambda *a: ran.append(a) or analyse(*a))
+    grad = pa.grad(clamped_energy, wrt=["u", "w"]).ir
+    kernel = poly.split_boundary_pieces(grad, poly.PolyModel(grad))
+    first = poly.dependences(poly.PolyModel(kernel))
+    assert ran
+    analysed = len(ran)
+    model = poly.PolyModel(kernel)
+    second = poly.dependences(model)
+    assert len(ran) == analysed
+    for kind in ("flow", "anti", "output"):
+        mine, theirs = getattr(first, kind), getattr(second, kind)
+        assert mine.keys() == theirs.keys() and mine
+        for var, umap in mine.items():
+            assert isl.UnionMap.read_from_str(model.ctx, umap.to_str()).is_equal(theirs[var])
+
+
 @pa.kernel
 def two_clamped_stencils(x: pa.f64[N].clamped, y: pa.Out(pa.f64[N]), z: pa.Out(pa.f64[N])):
     for i in range(N):
