@@ -13,7 +13,9 @@
 - ``dependences(model)`` computes flow, anti and output dependences per array
   (and per scalar) with ``UnionAccessInfo.compute_flow``: value-based, or
   memory-based for ``+=`` accumulators where the caller asks (the scheduler's
-  loop test, for which both agree; see ``accumulator_arrays``).
+  loop test, for which both agree; see ``accumulator_arrays``). Each variable's
+  answer is remembered in the process by the text of its input
+  (``_variable_analysis``), for the next build of the kernel with other options.
 - ``tile_footprint(kernel, axes, ...)`` measures, along each size an array is
   cut along, how many cells past its own elements a tile must see (the
   transitive dataflow from the results it owns), for ``polyad.dask``.
@@ -33,6 +35,7 @@ import math
 import os
 import select
 import signal
+import threading
 import time
 import warnings
 from collections import OrderedDict
@@ -1024,6 +1027,8 @@ def accumulator_arrays(kernel: ir.Kernel) -> frozenset:
 # with this memory). Least recently used first.
 _recent_analyses: "OrderedDict[str, tuple]" = OrderedDict()
 RECENT_ANALYSES = 512
+# (kernels compiled in threads, as the CUDA tests' corpus is, share the memory)
+_recent_analyses_lock = threading.Lock()
 
 
 def _variable_analysis(accesses, tree: isl.Schedule, memory_based: bool, flow_only: bool):
@@ -1043,7 +1048,10 @@ def _variable_analysis(accesses, tree: isl.Schedule, memory_based: bool, flow_on
     key = hashlib.sha256("\0".join((
         str(memory_based), str(flow_only), reads.to_str(), must.to_str(), writes.to_str(),
         tree.to_str())).encode()).hexdigest()
-    answer = _recent_analyses.get(key)
+    with _recent_analyses_lock:
+        answer = _recent_analyses.get(key)
+        if answer is not None:
+            _recent_analyses.move_to_end(key)
     if answer is None:
         if memory_based:
             found = (_memory_based_pairs(writes, reads, tree),
@@ -1053,11 +1061,11 @@ def _variable_analysis(accesses, tree: isl.Schedule, memory_based: bool, flow_on
         else:
             *found, why = _variable_dependences(reads, must, writes, tree, flow_only)
         answer = (tuple(None if m is None else m.to_str() for m in found), why)
-        _recent_analyses[key] = answer
-        while len(_recent_analyses) > RECENT_ANALYSES:
-            _recent_analyses.popitem(last=False)
+        with _recent_analyses_lock:
+            _recent_analyses[key] = answer
+            while len(_recent_analyses) > RECENT_ANALYSES:
+                _recent_analyses.popitem(last=False)
         return tuple(found), why
-    _recent_analyses.move_to_end(key)
     texts, why = answer
     ctx = tree.get_ctx()
     return tuple(None if t is None else isl.UnionMap.read_from_str(ctx, t) for t in texts), why
