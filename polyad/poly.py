@@ -1469,7 +1469,7 @@ def values_without_divs(values: isl.Set) -> Optional[isl.Set]:
     the simple hull of pieces bounded by different sizes (``3 i < N`` or ``i <= M + 1``)
     keeps none of their bounds (seed 15364, where ISL then failed on an unbounded
     maximum)."""
-    if any(piece.dim(isl.dim_type.div) > 0 for piece in values.get_basic_sets()):
+    if _has_existentials(values.to_union_set()):
         values = values.remove_divs()
         hull = isl.Set.from_basic_set(values.simple_hull())
         if _bounded_both_ways(hull):
