@@ -14,7 +14,6 @@ import hashlib
 import logging
 import pickle
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
@@ -22,6 +21,7 @@ from typing import Callable, Optional
 from . import ir
 from .errors import ArgumentError
 from .progress import StageClock
+from .recent import Recent
 from .runtime import toolchain
 from .schedule import ScheduledKernel, schedule_kernel
 from .target import TARGETS, get_target
@@ -197,17 +197,16 @@ def build_kernel(ir_kernel: ir.Kernel, options: Options = Options(),
     return build
 
 
-# The artifacts made through ``recent_artifact`` in this process, least recently used
-# first, by (cache directory, pipeline key). A kernel object keeps its own artifacts (and
-# its derived kernels), but objects of the same IR do not share them: a kernel factory
-# called twice (the benchmarks' kernels by dtype), ``pa.Kernel(ir_kernel=...)``, a cell
-# re-run in a notebook. Without this each would schedule again for ``pa.explain`` and
-# its plan: the pipeline cache on disk keeps builds, not the ISL objects they read.
-# Keyed by the directory too, as the disk layer in front of which it sits: a process
-# that points POLYAD_CACHE_DIR elsewhere asks for fresh builds. Bounded, since an
-# artifact holds its kernel's ISL objects.
-_recent_artifacts: "OrderedDict[tuple, Artifact]" = OrderedDict()
-RECENT_ARTIFACTS = 24
+# The artifacts made through ``recent_artifact`` in this process, by (cache directory,
+# pipeline key), the least recently used dropped first. A kernel object keeps its own
+# artifacts (and its derived kernels), but objects of the same IR do not share them: a
+# kernel factory called twice (the benchmarks' kernels by dtype),
+# ``pa.Kernel(ir_kernel=...)``, a cell re-run in a notebook. Without this each would
+# schedule again for ``pa.explain`` and its plan: the pipeline cache on disk keeps
+# builds, not the ISL objects they read. Keyed by the directory too, as the disk layer
+# in front of which it sits: a process that points POLYAD_CACHE_DIR elsewhere asks for
+# fresh builds. Bounded, since an artifact holds its kernel's ISL objects.
+recent_artifacts = Recent(24)
 
 
 def recent_artifact(ir_kernel: ir.Kernel, options: "Options",
@@ -215,14 +214,7 @@ def recent_artifact(ir_kernel: ir.Kernel, options: "Options",
     """The artifact of ``ir_kernel`` for ``options`` made earlier in this process (same
     pipeline key and cache directory), else ``make()``, remembered."""
     key = (str(toolchain.cache_dir()), pipeline_key(ir_kernel, options.source_options))
-    art = _recent_artifacts.get(key)
-    if art is None:
-        art = make()
-        _recent_artifacts[key] = art
-        while len(_recent_artifacts) > RECENT_ARTIFACTS:
-            _recent_artifacts.popitem(last=False)
-    _recent_artifacts.move_to_end(key)
-    return art
+    return recent_artifacts.get_or_make(key, make)
 
 
 def schedule_family(target) -> str:

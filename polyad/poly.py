@@ -35,10 +35,8 @@ import math
 import os
 import select
 import signal
-import threading
 import time
 import warnings
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Callable, Optional
@@ -47,6 +45,7 @@ import islpy as isl
 
 from . import ir
 from .errors import BoundsError
+from .recent import Recent
 from .ir import (Binary, Call, Cast, Condition, Const, Expr, Load, LoopVar, ScalarRef, Select, SizeVar,
                  Statement, Unary)
 
@@ -1024,11 +1023,8 @@ def accumulator_arrays(kernel: ir.Kernel) -> frozenset:
 # kernel for several options (deterministic, unfused, another target) run the same first
 # passes on the same statements, and ask the same questions of them (the deconvolution
 # gradient's dead-code elimination took 0.7-0.9 s of each build after the first, 0.14 s
-# with this memory). Least recently used first.
-_recent_analyses: "OrderedDict[str, tuple]" = OrderedDict()
-RECENT_ANALYSES = 512
-# (kernels compiled in threads, as the CUDA tests' corpus is, share the memory)
-_recent_analyses_lock = threading.Lock()
+# with this memory).
+recent_analyses = Recent(512)
 
 
 def _variable_analysis(accesses, tree: isl.Schedule, memory_based: bool, flow_only: bool):
@@ -1039,7 +1035,7 @@ def _variable_analysis(accesses, tree: isl.Schedule, memory_based: bool, flow_on
     answered).
 
     The answer is a function of the accesses and of the order of their statements only,
-    so it is remembered by the text of those (``_recent_analyses``) and, when asked again,
+    so it is remembered by the text of those (``recent_analyses``) and, when asked again,
     read back from its text into the context of ``tree`` (text is all that crosses ISL
     contexts; each compilation has its own): the same relations. (Read back on every
     call, remembered or not, the relations made the passes after slower, not faster.)"""
@@ -1048,10 +1044,7 @@ def _variable_analysis(accesses, tree: isl.Schedule, memory_based: bool, flow_on
     key = hashlib.sha256("\0".join((
         str(memory_based), str(flow_only), reads.to_str(), must.to_str(), writes.to_str(),
         tree.to_str())).encode()).hexdigest()
-    with _recent_analyses_lock:
-        answer = _recent_analyses.get(key)
-        if answer is not None:
-            _recent_analyses.move_to_end(key)
+    answer = recent_analyses.get(key)
     if answer is None:
         if memory_based:
             found = (_memory_based_pairs(writes, reads, tree),
@@ -1060,11 +1053,7 @@ def _variable_analysis(accesses, tree: isl.Schedule, memory_based: bool, flow_on
             why = None
         else:
             *found, why = _variable_dependences(reads, must, writes, tree, flow_only)
-        answer = (tuple(None if m is None else m.to_str() for m in found), why)
-        with _recent_analyses_lock:
-            _recent_analyses[key] = answer
-            while len(_recent_analyses) > RECENT_ANALYSES:
-                _recent_analyses.popitem(last=False)
+        recent_analyses.keep(key, (tuple(None if m is None else m.to_str() for m in found), why))
         return tuple(found), why
     texts, why = answer
     ctx = tree.get_ctx()

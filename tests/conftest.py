@@ -57,10 +57,10 @@ RECENT_ARTIFACTS_IN_TESTS = 96
 def _more_remembered_artifacts():
     """See the module docstring."""
     from polyad import pipeline
-    default = pipeline.RECENT_ARTIFACTS
-    pipeline.RECENT_ARTIFACTS = RECENT_ARTIFACTS_IN_TESTS
+    default = pipeline.recent_artifacts.bound
+    pipeline.recent_artifacts.bound = RECENT_ARTIFACTS_IN_TESTS
     yield
-    pipeline.RECENT_ARTIFACTS = default
+    pipeline.recent_artifacts.bound = default
 
 
 @pytest.fixture
@@ -81,12 +81,10 @@ def _no_remembered_artifacts_around_patches(request):
     if "monkeypatch" not in request.fixturenames:
         yield
         return
-    # (the test may patch the names themselves)
-    memories = [pipeline._recent_artifacts, poly._recent_analyses]
-    before = [list(remembered.items()) for remembered in memories]
+    memories = [pipeline.recent_artifacts, poly.recent_analyses]
+    before = [remembered.items() for remembered in memories]
     for remembered in memories:
         remembered.clear()
     yield
     for remembered, items in zip(memories, before):
-        remembered.clear()
-        remembered.update(items)
+        remembered.replace(items)

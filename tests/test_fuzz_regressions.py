@@ -781,7 +781,7 @@ def test_strided_dependences_from_the_forked_child_are_the_in_process_ones(monke
     texts = []
     for in_child in (True, False):
         monkeypatch.setenv("POLYAD_CACHE_DIR", str(tmp_path / str(in_child)))
-        poly._recent_analyses.clear()  # each way analyses the kernel itself
+        poly.recent_analyses.clear()  # each way analyses the kernel itself
         if not in_child:
             monkeypatch.setattr(poly, "_has_existentials", lambda instances: False)
         k = pa.Kernel(ir_kernel=strided_if_else.ir)

@@ -183,7 +183,7 @@ def test_a_second_kernel_of_the_same_ir_reuses_the_artifact(tmp_path, monkeypatc
     same one."""
     import polyad.api
     monkeypatch.setenv("POLYAD_CACHE_DIR", str(tmp_path / "one"))
-    monkeypatch.setattr(pipeline, "_recent_artifacts", type(pipeline._recent_artifacts)())
+    pipeline.recent_artifacts.clear()
     calls = []
     fresh = pipeline.compile_kernel
     monkeypatch.setattr(polyad.api, "compile_kernel", lambda *a: calls.append(a) or fresh(*a))
@@ -200,9 +200,9 @@ def test_a_second_kernel_of_the_same_ir_reuses_the_artifact(tmp_path, monkeypatc
     assert again.artifact(Options()) is first  # an object keeps its own artifacts
     assert vjp().artifact(Options()) is not first and len(calls) == 3
     # bounded: the least recently used artifact goes first
-    monkeypatch.setattr(pipeline, "RECENT_ARTIFACTS", 2)
+    monkeypatch.setattr(pipeline.recent_artifacts, "bound", 2)
     vjp().artifact(Options(fuse=False))
-    assert len(pipeline._recent_artifacts) == 2 and len(calls) == 4
+    assert len(pipeline.recent_artifacts) == 2 and len(calls) == 4
 
 
 def test_the_source_is_read_without_the_c_compiler(tmp_path, monkeypatch):
@@ -211,7 +211,7 @@ def test_the_source_is_read_without_the_c_compiler(tmp_path, monkeypatch):
     compiled, the source of its build."""
     from polyad.runtime import toolchain
     monkeypatch.setenv("POLYAD_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(pipeline, "_recent_artifacts", type(pipeline._recent_artifacts)())
+    pipeline.recent_artifacts.clear()
     builds = []
     cached_build = toolchain._cached_build
     monkeypatch.setattr(toolchain, "_cached_build",
@@ -221,7 +221,7 @@ def test_the_source_is_read_without_the_c_compiler(tmp_path, monkeypatch):
     src = k.source
     assert "19.0 * x[i]" in src and builds == [] and pipeline.pipeline_runs == runs + 1
     # a new kernel object of the same IR, in a process without the artifact: the cache
-    monkeypatch.setattr(pipeline, "_recent_artifacts", type(pipeline._recent_artifacts)())
+    pipeline.recent_artifacts.clear()
     assert pa.Kernel(ir_kernel=k.ir).source == src and pipeline.pipeline_runs == runs + 1
     assert builds == []
     assert pa.compile(k).source == src and len(builds) == 1
