@@ -8,6 +8,7 @@ Cases run in worker subprocesses, so a crash or hang fails its case only.
 ``python -m tests.fuzz --cases N --seed S`` runs more.
 """
 
+import math
 import os
 
 import pytest
@@ -25,8 +26,9 @@ ASAN_SEEDS = [s for s in range(16, 19) if s not in KNOWN] + [7100]
 # Seeds of later searches that failed and are fixed, each run with every check: 3107 (a
 # branch writing its condition), 3209 (tiling a band of fixed points), 3265 (scatters
 # moved behind writes of what they read), 3354 (partials that cancel), 10208 (ISL unable
-# to bound a width with a rational coefficient, in poly.few_values).
-FIXED_SEEDS = [3107, 3209, 3265, 3354, 10208]
+# to bound a width with a rational coefficient, in poly.few_values); 15579 and 15772
+# (gradients past an overflow, held to the interpreter of the vjp's IR instead of JAX).
+FIXED_SEEDS = [3107, 3209, 3265, 3354, 10208, 15579, 15772]
 CUDA_SEEDS = [0, 3, 6]
 
 
@@ -96,6 +98,55 @@ def test_the_reference_overflows_as_c_does():
     assert lib.sq(1e200) == math.inf and lib.sq(-3.0) == 9.0
     assert math.isnan(lib.sin(math.inf)) and math.isnan(lib.cos(-math.inf))
     assert lib.sin(0.5) == math.sin(0.5)
+
+
+def test_an_overflow_is_seen_in_every_value_the_reference_writes():
+    """An element past the dtype's range counts, an intermediate a later assignment
+    overwrites too (seed 15579's kind); a float32 case's limit is float32's largest."""
+    import numpy as np
+    from tests.fuzz.oracle import FloatLib
+    f64, f32 = FloatLib(), FloatLib(float(np.finfo(np.float32).max))
+    for lib in (f64, f32):
+        a = lib.zeros((2,))
+        lib.wr(a, None, (0,), "=", lambda: 2.0)
+        assert not lib.overflowed
+    f32.wr(a, None, (1,), "=", lambda: 1e39)
+    f32.wr(a, None, (1,), "=", lambda: 0.0)
+    f64.wr(a, None, (1,), "=", lambda: 1e39)
+    assert f32.overflowed and a[1] == 1e39 and not f64.overflowed
+    f64.wr(a, None, (0,), "*=", lambda: math.inf)
+    assert f64.overflowed
+
+
+def test_a_vjp_past_an_overflow_is_held_to_the_interpreter_of_its_ir(tmp_path):
+    """Seed 15772 iterates ``y0[k] *= (1.5 - y0[k]) + ...`` until y0 overflows: JAX's
+    gradient of the reference and polyad's put NaN in different places (products of
+    infinities and zeros), so the check compares the compiled vjp with the reference
+    interpreter of the vjp's IR instead, which a wrong gradient still fails."""
+    import numpy as np
+    import polyad as pa
+    from tests.fuzz.check import (Mismatch, _check_interpreted_vjp, load_kernel, make_inputs,
+                                  reference_overflows)
+    from tests.fuzz.oracle import load_reference
+    case = generate(15772)
+    ref = load_reference(case)
+    sizes = {"M": 5, "N": 6}
+    arrays, scalars = make_inputs(case, sizes, np.random.default_rng(0))
+    assert reference_overflows(ref, case, arrays, scalars, sizes)
+    small, small_scalars = make_inputs(case, {"M": 1, "N": 1}, np.random.default_rng(0))
+    assert not reference_overflows(ref, case, small, small_scalars, {"M": 1, "N": 1})
+    vk = pa.vjp(load_kernel(case, str(tmp_path)), ["x0"])
+    args = dict(x0=arrays["x0"], y0_bar=np.linspace(-1.0, 1.0, arrays["y0"].size),
+                result_bar=0.7, **sizes)
+    grads = {"x0": np.asarray(vk(**args)[0], np.float64)}
+    assert np.isnan(grads["x0"]).any() and np.isfinite(grads["x0"]).any()
+    _check_interpreted_vjp(case, vk, args, grads, "vjp")
+    finite = np.flatnonzero(np.isfinite(grads["x0"]))[0]
+    for wrong in (grads["x0"][finite] + 1e-3, np.nan):
+        changed = grads["x0"].copy()
+        changed[finite] = wrong
+        with pytest.raises(Mismatch, match="interpreter of the vjp's IR"):
+            _check_interpreted_vjp(case, vk, args, {"x0": changed}, "vjp")
 
 
 def _running(pid: int) -> bool:

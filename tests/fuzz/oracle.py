@@ -75,6 +75,10 @@ class _Lib:
             arr[pos] = arr[pos] * value
         else:
             raise ValueError(op)
+        self.written(arr[pos])
+
+    def written(self, value) -> None:
+        """Called with every value an element is given (``FloatLib`` watches for overflow)."""
 
     def zeros(self, shape):
         a = np.empty(tuple(max(0, n) for n in shape), dtype=object)
@@ -100,7 +104,18 @@ def _ieee(fn):
 class FloatLib(_Lib):
     """Python floats (float64) and the math module, with C's IEEE results where Python
     raises instead: a square that overflows is infinite (``x ** 2`` raises
-    OverflowError), the sine and cosine of an infinity are NaN."""
+    OverflowError), the sine and cosine of an infinity are NaN.
+
+    ``overflowed``: some element was given a value past ``limit`` in magnitude (the
+    largest float of the case's dtype), an infinity or a NaN."""
+
+    def __init__(self, limit: float = math.inf):
+        self.limit = limit
+        self.overflowed = False
+
+    def written(self, value) -> None:
+        if not (math.isfinite(value) and abs(value) <= self.limit):
+            self.overflowed = True
 
     sin = staticmethod(_ieee(math.sin))
     cos = staticmethod(_ieee(math.cos))
