@@ -266,6 +266,47 @@ def test_scheduler_quota_falls_back_to_program_order(monkeypatch):
 
 
 @pa.kernel
+def column_dots(A: pa.f64[M, N], x: pa.f64[M], y: pa.Out(pa.f64[N])):
+    for j in range(N):
+        s = 0.0
+        for i in range(M):
+            s += A[i, j] * x[i]
+        y[j] = s
+
+
+@pa.kernel
+def column_updates(A: pa.f64[M, N], x: pa.f64[M], y: pa.Out(pa.f64[N])):
+    for j in range(N):
+        for i in range(M):
+            y[j] += A[i, j] * x[i]
+
+
+def test_no_schedule_is_asked_of_isl_for_column_walks_into_a_local_scalar(monkeypatch):
+    """The inner loop of ``s += A[i, j] * x[i]`` walks a column of A, but the scalar's
+    dependences (all of which the ISL scheduler gets) keep the statement's instances in
+    program order under any schedule: ISL is not asked for one with fewer column walks.
+    A column walk into an array element, which ISL may reorder, still asks."""
+    from polyad.schedule import build
+    from polyad.schedule.locality import has_strided_inner_loop
+    assert not has_strided_inner_loop(column_dots.ir)
+    assert has_strided_inner_loop(column_updates.ir)
+    asked = []
+    isl_schedule = build._isl_schedule
+    monkeypatch.setattr(build, "_isl_schedule",
+                        lambda model, deps: asked.append(model.kernel.name)
+                        or isl_schedule(model, deps))
+    art = compile_kernel(column_dots.ir)
+    assert asked == [] and art.scheduled.schedule_origin == "program order"
+    rng = np.random.default_rng(7)
+    A, x = rng.standard_normal((6, 5)), rng.standard_normal(6)
+    y = np.zeros(5)
+    column_dots(A, x, y)
+    np.testing.assert_allclose(y, A.T @ x, rtol=1e-13)
+    compile_kernel(column_updates.ir)
+    assert asked == ["column_updates"]
+
+
+@pa.kernel
 def five_channels(x: pa.f64[5, N], y: pa.Out(pa.f64[5, N])):
     for c in range(5):
         for i in range(N):
