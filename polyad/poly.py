@@ -45,9 +45,9 @@ import islpy as isl
 
 from . import ir
 from .errors import BoundsError
-from .recent import Recent
 from .ir import (Binary, Call, Cast, Condition, Const, Expr, Load, LoopVar, ScalarRef, Select, SizeVar,
                  Statement, Unary)
+from .recent import Recent
 
 # Words the ISL parser reserves; DSL names equal to one of these get a suffix.
 _ISL_WORDS = {"and", "or", "not", "mod", "floor", "ceil", "min", "max", "exists", "true",
