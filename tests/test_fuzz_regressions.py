@@ -404,6 +404,35 @@ def test_scatters_stay_before_the_writes_of_what_they_read():
 
 
 @pa.kernel
+def last_write_of_an_inner_loop(x: pa.f64[N, N], t: pa.f64[N], y: pa.Out(pa.f64[N]),
+                                z: pa.Out(pa.f64[N])):
+    for i in range(N):
+        z[i] = pa.sin(t[i])
+        for j in range(N):
+            y[i] = x[j, i]
+
+
+def test_a_loop_is_not_split_where_its_inner_loop_orders_the_two_parts():
+    """fuzz seed 15941: in the vjp, each iteration of the inner loop over j scatters
+    ``d_x[j, i] += d_y[i]`` and then zeroes ``d_y[i]`` (only the last j's write of y[i]
+    counts). Splitting the loop over i after its scatters was judged by the loops the
+    whole body shares (i alone, as ``d_t[i]``'s update is outside the j loop), and ran
+    every zeroing after every scatter of the iteration: each j got the cotangent. The
+    loops each pair of statements shares now count."""
+    vk = pa.vjp(last_write_of_an_inner_loop, ["x", "t"])
+    assert "split after its scatters" not in pa.explain(vk)
+    rng = np.random.default_rng(3)
+    for n in (1, 2, 5):
+        x, t = rng.standard_normal((n, n)), rng.standard_normal(n)
+        y_bar, z_bar = rng.standard_normal(n), rng.standard_normal(n)
+        d_x, d_t = vk(x, t, y_bar, z_bar)
+        want = np.zeros((n, n))
+        want[n - 1, :] = y_bar
+        np.testing.assert_array_equal(d_x, want)
+        np.testing.assert_allclose(d_t, np.cos(t) * z_bar, rtol=1e-14)
+
+
+@pa.kernel
 def cancelling_reads(x: pa.f64[N], y: pa.f64[N]) -> pa.f64:
     acc = 0.0
     for i in range(N):

@@ -306,9 +306,20 @@ def _split_point(kernel: ir.Kernel, st: ir.Statement, depth: int,
         return None
     if any(isinstance(o.target, ScalarRef) or o.scalar_reads() for o in body):
         return None  # scalars: expand_and_distribute's business
-    c = common_depth(body)
-    if conflicts_across_iterations(model_of(kernel, model), prefix, suffix, depth, c):
-        return None
+    # The split runs each trailing statement after every scatter of the same iteration
+    # of the loops outside the split one, so it reorders any two of their instances in
+    # different iterations of the loops the pair shares: the split loop and those inside
+    # it that both are in (fuzz seed 15941: the zeroing of d_y0[e] in each iteration of
+    # an inner loop over j ran after all of that loop's scatters reading d_y0[e]). So the
+    # loops of each pair count, not only those the whole body shares.
+    model = model_of(kernel, model)
+    for a in prefix:
+        by_depth: dict = {}
+        for b in suffix:
+            by_depth.setdefault(common_depth([a, b]), []).append(b)
+        if any(conflicts_across_iterations(model, [a], shared, depth, c)
+               for c, shared in by_depth.items()):
+            return None
     return prefix, suffix
 
 
