@@ -16,7 +16,8 @@ from typing import Callable, Hashable, Iterable, Optional
 
 class Recent:
     """At most ``bound`` values by key, least recently used dropped first; ``bound`` is
-    an attribute and may be changed (the next insertion applies it)."""
+    an attribute and may be changed (the next insertion applies it). A value is never
+    None: ``get`` answers None for a key it does not hold."""
 
     def __init__(self, bound: int):
         self.bound = bound
@@ -42,8 +43,8 @@ class Recent:
             return value
 
     def get_or_make(self, key: Hashable, make: Callable[[], object]) -> object:
-        """The value remembered under ``key``, else ``make()`` remembered (``make`` runs
-        without the lock: it may take seconds)."""
+        """The value remembered under ``key``, else ``make()`` (not None) remembered
+        (``make`` runs without the lock: it may take seconds)."""
         value = self.get(key)
         return value if value is not None else self.keep(key, make())
 
@@ -61,4 +62,5 @@ class Recent:
         self.replace(())
 
     def __len__(self) -> int:
-        return len(self._values)
+        with self._lock:
+            return len(self._values)

@@ -257,10 +257,11 @@ def distribute_after_scatters(kernel: ir.Kernel, model: Optional[PolyModel] = No
     ``scatter_to_gather`` cannot re-index those scatters in place (a gather reads
     ``d_A[i, j + 1]``, which iteration ``j + 1`` zeroes). Splitting the loop, the
     scatters first and the trailing statements in a loop of their own after them,
-    keeps every result when no element is accessed by both parts (at least once
-    written) in different iterations of the split loops within one iteration of
-    the loops around them: each part then sees, at each element, what it saw
-    before. The outermost such loop is split (here ``i``, inside ``t``: splitting
+    keeps every result when no element is accessed by a scatter and a trailing
+    statement (at least once written) in different iterations of the loops the two
+    share (the split loop and the loops inside it around both) within one iteration
+    of the loops around the split one: each part then sees, at each element, what it
+    saw before. The outermost such loop is split (here ``i``, inside ``t``: splitting
     ``t`` would run every zeroing after every scatter). Returns the new kernel
     and one decision per split.
     """
