@@ -149,6 +149,77 @@ def test_a_vjp_past_an_overflow_is_held_to_the_interpreter_of_its_ir(tmp_path):
             _check_interpreted_vjp(case, vk, args, {"x0": changed}, "vjp")
 
 
+def _seed_16054_at_5_by_6():
+    """Seed 16054's case, reference and the inputs its check draws at M = 5, N = 6."""
+    import numpy as np
+    from tests.fuzz.check import make_inputs
+    from tests.fuzz.oracle import load_reference
+    case = generate(16054)
+    rng = np.random.default_rng(case.seed)
+    for sizes in case.size_sets:  # the check's draws, in its order
+        arrays, scalars = make_inputs(case, sizes, rng)
+        if sizes == {"M": 5, "N": 6}:
+            return case, load_reference(case), arrays, scalars, sizes
+    raise AssertionError("seed 16054 no longer checks M = 5, N = 6")
+
+
+def test_values_that_amplify_rounding_are_held_to_the_references_own_noise():
+    """Seed 16054's values hinge on branches on data near a tie: inputs moved by a few
+    units of rounding move the reference's z0 by about 0.3 (values of 200), more than the
+    compiled build's fused multiply-adds move it (0.12). ``rounding_noise`` measures
+    that; ``compare`` allows ten times it, and no more; a well-conditioned case's noise
+    stays at rounding."""
+    import numpy as np
+    from tests.fuzz.check import (Mismatch, compare, make_inputs, reference_values,
+                                  rounding_noise)
+    from tests.fuzz.oracle import load_reference
+    case, ref, arrays, scalars, sizes = _seed_16054_at_5_by_6()
+    want = reference_values(ref, case, arrays, scalars, sizes)
+    noise = rounding_noise(ref, case, arrays, scalars, sizes, want)
+    assert 0.01 < noise["z0"] < 10.0, noise
+    got = {n: np.array(w, copy=True) for n, w in want.items()}
+    got["z0"][0] += 0.12
+    with pytest.raises(Mismatch):
+        compare(got, want, case, "values")
+    compare(got, want, case, "values", noise)
+    got["z0"][0] += 11 * noise["z0"]
+    with pytest.raises(Mismatch, match="rounding noise"):
+        compare(got, want, case, "values", noise)
+    calm = generate(3)
+    calm_sizes = {"M": 4, "N": 5}
+    arrays, scalars = make_inputs(calm, calm_sizes, np.random.default_rng(0))
+    calm_ref = load_reference(calm)
+    calm_want = reference_values(calm_ref, calm, arrays, scalars, calm_sizes)
+    calm_noise = rounding_noise(calm_ref, calm, arrays, scalars, calm_sizes, calm_want)
+    for n, w in calm_want.items():
+        assert calm_noise[n] <= 1e-12 * (1.0 + float(np.max(np.abs(w)))), (n, calm_noise)
+
+
+def test_finite_differences_that_do_not_converge_leave_the_direction_to_jax(tmp_path):
+    """At seed 16054's inputs the primal's derivative is 1e14 over a step of 1e-12 and
+    its values stay near 200: central differences at 1e-6 and 1e-7 disagree with each
+    other, so they judge no direction there; the compiled vjp then matches JAX up to the
+    gradient's own rounding noise. A wrong gradient still fails JAX's check."""
+    import numpy as np
+    import polyad as pa
+    from tests.fuzz.check import (Mismatch, _check_fd, _JaxGradient, _outputs, load_kernel)
+    case, ref, arrays, scalars, sizes = _seed_16054_at_5_by_6()
+    kern = load_kernel(case, str(tmp_path))
+    ck, vk = pa.compile(kern), pa.vjp(kern, ["x0", "z0"])
+    rng = np.random.default_rng(1)
+    cots = {n: rng.uniform(-1.0, 1.0, arrays[n].shape) for n in _outputs(case)}
+    cots["result"] = 0.9
+    grads = dict(zip(["x0", "z0"], (np.asarray(g, np.float64) for g in vk(
+        x0=arrays["x0"].copy(), z0=arrays["z0"].copy(), z0_bar=cots["z0"], result_bar=0.9,
+        **sizes))))
+    assert _check_fd(case, ck, arrays, scalars, cots, grads, "vjp", rng) == 3
+    oracle = _JaxGradient(case, ref, arrays, scalars, sizes, cots, ["x0", "z0"])
+    oracle.check(grads, "vjp")
+    wrong = dict(grads, x0=grads["x0"] * 1.01)
+    with pytest.raises(Mismatch, match="jax.grad"):
+        oracle.check(wrong, "vjp")
+
+
 def _running(pid: int) -> bool:
     """Is process ``pid`` alive (not gone, not a zombie nobody reaped)?"""
     try:
