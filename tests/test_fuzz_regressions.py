@@ -847,3 +847,58 @@ def test_a_buffer_that_a_later_nest_writes_is_not_fused():
         d_x1, = vk(**{k: v.copy() for k, v in args.items()})
         _, want = interpret(vk.ir, dict(args), dict(N=n))
         np.testing.assert_allclose(d_x1, want["d_x1"], rtol=1e-12, atol=1e-12)
+
+
+M2, N2 = pa.sizes("M2 N2")
+
+
+@pa.kernel
+def overwritten_in_a_triangle(x0: pa.f64[2 * M2, 2 * M2 + 1].circular, x1: pa.f64[N2].circular,
+                              y0: pa.Out(pa.f64[N2].clamped)):
+    for i in range(M2):
+        y0[i + 3] = y0[2 * i - 1] * 2.0
+        y0[i - 1] -= x1[2 * i - 3] * y0[i]
+        for j in range(i, M2):
+            y0[i] = x1[N2 - i - 1] * x0[i + 3, 2 * i - 1]
+
+
+def test_cuda_keeps_the_order_isl_loses_in_one_nest_per_band():
+    """fuzz seed 16020 on the CUDA simulator: ISL's AST of the vjp's schedule with atomic
+    loops (the CUDA target's one nest per band) put the zeroing ``d_y0[i] = 0`` of each
+    reversed j at iteration -1 of a sequential loop and the scatters that read ``d_y0[i]``
+    first at iteration 1, where the schedule tree gives both 1: every scatter read zero.
+    Such an AST is now caught by the loop analysis and the pieces keep loops of their own;
+    the gradient matches the interpreter of the vjp's IR."""
+    from polyad.testing import interpret
+    vk = pa.vjp(overwritten_in_a_triangle, ["x0", "x1"])
+    sim = pa.compile(vk, target="cuda-sim")
+    rng = np.random.default_rng(1)
+    for m, n in [(4, 6), (3, 5), (5, 7)]:
+        args = dict(x0=rng.uniform(-1, 1, (2 * m, 2 * m + 1)), x1=rng.uniform(-1, 1, n),
+                    y0_bar=rng.uniform(-1, 1, n))
+        got = sim(**{k: v.copy() for k, v in args.items()}, M2=m, N2=n)
+        _, want = interpret(vk.ir, {k: v.copy() for k, v in args.items()}, dict(M2=m, N2=n))
+        for name, g in zip(["x0", "x1"], got):
+            np.testing.assert_allclose(g, want["d_" + name], rtol=1e-12, atol=1e-12)
+
+
+@pa.kernel
+def doubling_chain(x: pa.f64[N]):
+    for i in range(N - 1):
+        x[i + 1] = x[i] * 2.0
+
+
+def test_a_nest_that_runs_a_dependence_backwards_is_named():
+    """The check behind the test above, on a schedule that runs the loop backwards: the
+    analysis of one nest per band names the flow dependence it reverses, and the program
+    order's passes."""
+    from polyad.pipeline import Options, compile_kernel
+    from polyad.schedule.build import _candidate
+    sk = compile_kernel(doubling_chain.ir, Options()).scheduled
+    (name,) = [st.name for st in sk.kernel.statements]
+    backwards = isl.Schedule.from_domain(sk.model.union_domain()).insert_partial_schedule(
+        isl.MultiUnionPwAff.from_union_map(isl.UnionMap.read_from_str(
+            sk.model.ctx, f"[N] -> {{ {name}[i] -> [-i] }}")))
+    cand = _candidate(backwards, sk.kernel, sk.model, sk.deps, separate=False)
+    assert cand.runs_backwards.startswith("flow dependence of 'x'"), cand.runs_backwards
+    assert _candidate(sk.schedule, sk.kernel, sk.model, sk.deps, separate=False).runs_backwards == ""

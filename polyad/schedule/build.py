@@ -113,6 +113,9 @@ class ScheduleCandidate:
     ast: isl.AstNode
     loops: dict
     large_sizes: tuple = ()
+    # where the AST was checked for it (one loop nest per band): a dependence some loop of
+    # the AST runs backwards, else "" (``_LoopAnalysis.runs_backwards``)
+    runs_backwards: str = ""
 
 
 @dataclass
@@ -189,8 +192,12 @@ class _LoopAnalysis:
     """The dependence test run on every loop ISL generates (``after_each_for``)."""
 
     def __init__(self, sk_kernel: ir.Kernel, model: PolyModel, deps: Dependences,
-                 small_sizes: Optional[isl.Set] = None):
+                 small_sizes: Optional[isl.Set] = None, check_order: bool = False):
         self.kernel = sk_kernel
+        # check_order: every loop's schedule (the AST's own) is tested for a dependence it
+        # runs backwards; the first found is kept in ``reversed`` (``runs_backwards``)
+        self.check_order = check_order
+        self.reversed = ""
         self.small_sizes = small_sizes  # the sizes of the version for small ones, if any
         self.model = model
         self.deps = deps
@@ -215,6 +222,9 @@ class _LoopAnalysis:
             self.pairs[kind, var] = [(m.get_tuple_name(isl.dim_type.in_),
                                       m.get_tuple_name(isl.dim_type.out), m)
                                      for m in maps_of(umap)]
+        self.ordered = [(kind, var, m) for kind in ("flow", "anti", "output")
+                        for var, umap in sorted(getattr(deps, kind).items())
+                        for m in maps_of(umap)] if check_order else []
 
     def carried(self, kind: str, var: str, stmts: frozenset, sched: isl.UnionMap,
                 depth: int) -> bool:
@@ -234,6 +244,28 @@ class _LoopAnalysis:
             if not t.is_empty() and not t.deltas().intersect(self.apart_at[depth]).is_empty():
                 return True
         return False
+
+    def runs_backwards(self, stmts: frozenset, sched: isl.UnionMap, depth: int) -> str:
+        """A dependence between statements of the loop whose sink the loop's schedule (the
+        AST's, ``build.get_schedule()``) runs in an earlier iteration than its source, in
+        the same iterations of the loops around it ("flow dependence of 'v': S -> T"); else
+        "".
+
+        ISL's AST generation with atomic loops can place a statement in another
+        iteration of a sequential loop than the schedule tree gives it (islpy 2026.2.2,
+        fuzz seed 16020's vjp on CUDA: ``d_y0[i] = 0`` at iteration -1 of a band that
+        maps it, and the scatters that read ``d_y0[i]`` first, to 1)."""
+        zeros = ", ".join(["0"] * depth + ["x"])
+        earlier = isl.UnionSet.read_from_str(self.model.ctx, f"{{ [{zeros}] : x < 0 }}")
+        # (an accumulator's pairs of updates of one element, ``same_element``, are
+        # unordered: not among these)
+        for kind, var, m in self.ordered:
+            src, dst = m.get_tuple_name(isl.dim_type.in_), m.get_tuple_name(isl.dim_type.out)
+            if src in stmts and dst in stmts:
+                t = m.to_union_map().apply_domain(sched).apply_range(sched)
+                if not t.is_empty() and not t.deltas().intersect(earlier).is_empty():
+                    return f"{kind} dependence of {var!r}: {src} -> {dst}"
+        return ""
 
     def reads_apart(self, users: list, var: str, sched: isl.UnionMap, depth: int) -> bool:
         """No statement of the loop reads (other than as its ``+=`` target) an element
@@ -339,6 +371,8 @@ class _LoopAnalysis:
         ldom = sched.domain()
         depth = maps_of(sched)[0].dim(isl.dim_type.out) - 1
         stmts = _names(ldom)
+        if self.check_order and not self.reversed:
+            self.reversed = self.runs_backwards(stmts, sched, depth)
         reductions: dict[str, str] = {}
         private: tuple = ()
         row_buffers: tuple = ()
@@ -804,14 +838,15 @@ def _candidate(schedule: isl.Schedule, kernel: ir.Kernel, model: PolyModel,
     # a separation that crashes ISL (fuzz seed 13148): one loop per band instead
     if separate and strided_ast_build_crashes(context, tree):
         bounds, context, tree = (), model.context, _atomic_loops(ast_schedule)
-    analysis = _LoopAnalysis(kernel, model, deps, _small_sizes(model) if bounds else None)
+    analysis = _LoopAnalysis(kernel, model, deps, _small_sizes(model) if bounds else None,
+                             check_order=not separate)
     build = isl.AstBuild.from_context(context)
     build, handle = build.set_after_each_for(analysis)
     ast = build.node_from_schedule(tree)
     del handle
     if analysis.error is not None:
         raise analysis.error
-    return ScheduleCandidate(kernel, schedule, ast, analysis.loops, bounds)
+    return ScheduleCandidate(kernel, schedule, ast, analysis.loops, bounds, analysis.reversed)
 
 
 def guarded_pieces(scheduled: ScheduledKernel) -> ScheduledKernel:
@@ -825,6 +860,13 @@ def guarded_pieces(scheduled: ScheduledKernel) -> ScheduledKernel:
     """
     cand = _candidate(scheduled.schedule, scheduled.kernel, scheduled.model, scheduled.deps,
                       separate=False)
+    if cand.runs_backwards:
+        # ISL's one nest per band runs a dependence backwards (``_LoopAnalysis.
+        # runs_backwards``): the AST of a loop per piece stays, whose loops the schedule's
+        # order was built from
+        return dataclasses.replace(scheduled, schedule_decisions=scheduled.schedule_decisions + (
+            f"pieces kept in loops of their own: ISL's one loop nest per band would run "
+            f"the {cand.runs_backwards} backwards",))
     return dataclasses.replace(scheduled, ast=cand.ast, loops=cand.loops, large_sizes=())
 
 
