@@ -245,7 +245,7 @@ class _LoopAnalysis:
                 return True
         return False
 
-    def runs_backwards(self, stmts: frozenset, sched: isl.UnionMap, depth: int) -> str:
+    def runs_backwards(self, sched: isl.UnionMap, depth: int) -> str:
         """A dependence between statements of the loop whose sink the loop's schedule (the
         AST's, ``build.get_schedule()``) runs in an earlier iteration than its source, in
         the same iterations of the loops around it ("flow dependence of 'v': S -> T"); else
@@ -256,13 +256,15 @@ class _LoopAnalysis:
         fuzz seed 16020's vjp on CUDA: ``d_y0[i] = 0`` at iteration -1 of a band that
         maps it, and the scatters that read ``d_y0[i]`` first, to 1)."""
         zeros = ", ".join(["0"] * depth + ["x"])
-        earlier = isl.UnionSet.read_from_str(self.model.ctx, f"{{ [{zeros}] : x < 0 }}")
+        earlier = isl.Set.read_from_str(self.model.ctx, f"{{ [{zeros}] : x < 0 }}")
+        # statement by statement: maps, not union maps, cost ISL a fraction
+        of = {m.get_tuple_name(isl.dim_type.in_): m for m in maps_of(sched)}
         # (an accumulator's pairs of updates of one element, ``same_element``, are
         # unordered: not among these)
         for kind, var, m in self.ordered:
             src, dst = m.get_tuple_name(isl.dim_type.in_), m.get_tuple_name(isl.dim_type.out)
-            if src in stmts and dst in stmts:
-                t = m.to_union_map().apply_domain(sched).apply_range(sched)
+            if src in of and dst in of:
+                t = m.apply_domain(of[src]).apply_range(of[dst])
                 if not t.is_empty() and not t.deltas().intersect(earlier).is_empty():
                     return f"{kind} dependence of {var!r}: {src} -> {dst}"
         return ""
@@ -371,8 +373,6 @@ class _LoopAnalysis:
         ldom = sched.domain()
         depth = maps_of(sched)[0].dim(isl.dim_type.out) - 1
         stmts = _names(ldom)
-        if self.check_order and not self.reversed:
-            self.reversed = self.runs_backwards(stmts, sched, depth)
         reductions: dict[str, str] = {}
         private: tuple = ()
         row_buffers: tuple = ()
@@ -433,6 +433,9 @@ class _LoopAnalysis:
                 continue
             kinds = [k for k, v in carried.items() if v]
             reasons.append(f"{var!r} has loop-carried {'/'.join(kinds)} dependences")
+        if self.check_order and any_carried and not self.reversed:
+            # (a dependence the loop runs backwards is one it carries)
+            self.reversed = self.runs_backwards(sched, depth)
         key = f"loop{len(self.loops)}"
         self.loops[key] = LoopFacts(
             key=key, depth=depth, statements=stmts, parallel=not reasons, carried=any_carried,
