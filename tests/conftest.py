@@ -5,8 +5,8 @@
   user's compile cache; pytest-xdist's workers share it.
 * ``rng`` fixture: a deterministic numpy Generator.
 * A test that takes ``monkeypatch`` starts with no artifact remembered in this
-  process (``polyad.pipeline.recent_artifact``), nor dependence analysis
-  (``polyad.poly._variable_analysis``), and ends with those remembered before it:
+  process (``polyad.pipeline.recent_artifacts``), nor dependence analysis
+  (``polyad.poly.recent_analyses``), and ends with those remembered before it:
   one it made with a patched compiler must not serve later tests, nor one made
   before serve it. (Emptying the memory after such a test instead made the later
   tests schedule the benchmark gradients again: 159 s of ISL in a run.)
