@@ -869,9 +869,13 @@ def test_cuda_keeps_the_order_isl_loses_in_one_nest_per_band():
     first at iteration 1, where the schedule tree gives both 1: every scatter read zero.
     Such an AST is now caught by the loop analysis and the pieces keep loops of their own;
     the gradient matches the interpreter of the vjp's IR."""
+    from polyad.pipeline import Options
     from polyad.testing import interpret
     vk = pa.vjp(overwritten_in_a_triangle, ["x0", "x1"])
     sim = pa.compile(vk, target="cuda-sim")
+    report = pa.explain(vk, target="cuda-sim")
+    for decision in vk.artifact(Options("cuda-sim")).plan.scheduled.schedule_decisions:
+        assert decision in report  # the fallback's among them, where ISL's nest needs it
     rng = np.random.default_rng(1)
     for m, n in [(4, 6), (3, 5), (5, 7)]:
         args = dict(x0=rng.uniform(-1, 1, (2 * m, 2 * m + 1)), x1=rng.uniform(-1, 1, n),
