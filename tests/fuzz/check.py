@@ -459,10 +459,10 @@ def _check_fd(case, ck, arrays, scalars, cots, grads, stage, rng, directions=3,
         fd = difference(d, eps)
         ad = sum(float(np.sum(grads[n] * d[n])) for n in wrt)
         tol = 1e-5 * (1.0 + sum(float(np.sum(np.abs(grads[n] * d[n]))) for n in wrt))
-        if abs(fd - ad) <= tol:
+        if not abs(fd - ad) > tol:  # (a NaN on either side judges nothing)
             continue
         finer = difference(d, eps / 10)
-        if abs(finer - ad) <= tol:
+        if not abs(finer - ad) > tol:
             continue
         if abs(finer - fd) > 1e-5 * (1.0 + abs(fd)):  # judged by the differences alone
             unjudged += 1
