@@ -116,7 +116,8 @@ def artifact_report(art: Artifact) -> dict:
         "dependences_computed": _computed_kinds(sk),
         "dependences_inexact": dict(sorted(sk.deps.inexact.items())),
         "schedule_origin": sk.schedule_origin,
-        "schedule_decisions": list(art.plan.scheduled.schedule_decisions),  # a target's plan may add its own
+        # the plan's schedule: a target may have added decisions of its own
+        "schedule_decisions": list(art.plan.scheduled.schedule_decisions),
         "schedule_tree": _schedule_tree(sk.schedule.get_root()),
         "loops": outline.loops,
         "ast": outline.lines,

@@ -859,14 +859,15 @@ def guarded_pieces(scheduled: ScheduledKernel) -> ScheduledKernel:
     their own: ``for m { for n { if (n == 0) border; interior } }`` rather
     than ``for m { border; for n { interior } }``. A GPU target maps the
     perfect nest onto a 2-D grid (guarded threads at the border). The loop
-    facts are those of the new AST's loops (same dependence test).
+    facts are those of the new AST's loops (same dependence test). Where that AST
+    runs a dependence backwards (``_LoopAnalysis.runs_backwards``), ``scheduled`` keeps
+    its AST of a loop per piece, with a decision saying why.
     """
     cand = _candidate(scheduled.schedule, scheduled.kernel, scheduled.model, scheduled.deps,
                       separate=False)
     if cand.runs_backwards:
-        # ISL's one nest per band runs a dependence backwards (``_LoopAnalysis.
-        # runs_backwards``): the AST of a loop per piece stays, whose loops the schedule's
-        # order was built from
+        # a fault of ISL's atomic loops (fuzz seed 16020): the AST of a loop per piece,
+        # the one the OpenMP target runs, stays
         return dataclasses.replace(scheduled, schedule_decisions=scheduled.schedule_decisions + (
             f"pieces kept in loops of their own: ISL's one loop nest per band would run "
             f"the {cand.runs_backwards} backwards",))
