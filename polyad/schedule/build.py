@@ -867,7 +867,7 @@ def guarded_pieces(scheduled: ScheduledKernel) -> ScheduledKernel:
                       separate=False)
     if cand.runs_backwards:
         # a fault of ISL's atomic loops (fuzz seed 16020): the AST of a loop per piece,
-        # the one the OpenMP target runs, stays
+        # the one the schedule was chosen with, stays
         return dataclasses.replace(scheduled, schedule_decisions=scheduled.schedule_decisions + (
             f"pieces kept in loops of their own: ISL's one loop nest per band would run "
             f"the {cand.runs_backwards} backwards",))
