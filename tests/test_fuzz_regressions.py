@@ -884,6 +884,16 @@ def test_cuda_keeps_the_order_isl_loses_in_one_nest_per_band():
         _, want = interpret(vk.ir, {k: v.copy() for k, v in args.items()}, dict(M2=m, N2=n))
         for name, g in zip(["x0", "x1"], got):
             np.testing.assert_allclose(g, want["d_" + name], rtol=1e-12, atol=1e-12)
+        # and against central differences of the primal along a random direction (it is
+        # piecewise polynomial of low degree: the differences are exact up to rounding)
+        d0, d1 = rng.standard_normal(args["x0"].shape), rng.standard_normal(args["x1"].shape)
+
+        def objective(step):
+            y0 = overwritten_in_a_triangle(args["x0"] + step * d0, args["x1"] + step * d1,
+                                           M2=m, N2=n)
+            return float(np.sum(y0 * args["y0_bar"]))
+        fd = (objective(1e-6) - objective(-1e-6)) / 2e-6
+        assert abs(fd - (np.sum(got[0] * d0) + np.sum(got[1] * d1))) <= 1e-6 * (1 + abs(fd))
 
 
 @pa.kernel

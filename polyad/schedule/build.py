@@ -114,7 +114,7 @@ class ScheduleCandidate:
     loops: dict
     large_sizes: tuple = ()
     # where the AST was checked for it (one loop nest per band): a dependence some loop of
-    # the AST runs backwards, else "" (``_LoopAnalysis.runs_backwards``)
+    # the AST runs backwards, else "" (``_LoopAnalysis.backward_dependence``)
     runs_backwards: str = ""
 
 
@@ -195,9 +195,9 @@ class _LoopAnalysis:
                  small_sizes: Optional[isl.Set] = None, check_order: bool = False):
         self.kernel = sk_kernel
         # check_order: every loop's schedule (the AST's own) is tested for a dependence it
-        # runs backwards; the first found is kept in ``reversed`` (``runs_backwards``)
+        # runs backwards; the first found is kept in ``runs_backwards``
         self.check_order = check_order
-        self.reversed = ""
+        self.runs_backwards = ""
         self.small_sizes = small_sizes  # the sizes of the version for small ones, if any
         self.model = model
         self.deps = deps
@@ -245,28 +245,24 @@ class _LoopAnalysis:
                 return True
         return False
 
-    def runs_backwards(self, sched: isl.UnionMap, depth: int) -> str:
+    def backward_dependence(self, sched: isl.UnionMap) -> str:
         """A dependence between statements of the loop whose sink the loop's schedule (the
-        AST's, ``build.get_schedule()``) runs in an earlier iteration than its source, in
-        the same iterations of the loops around it ("flow dependence of 'v': S -> T"); else
-        "".
+        AST's, ``build.get_schedule()``) runs in an earlier iteration than its source, of
+        the loop or of one around it ("flow dependence of 'v': S -> T"); else "".
 
         ISL's AST generation with atomic loops can place a statement in another
         iteration of a sequential loop than the schedule tree gives it (islpy 2026.2.2,
         fuzz seed 16020's vjp on CUDA: ``d_y0[i] = 0`` at iteration -1 of a band that
         maps it, and the scatters that read ``d_y0[i]`` first, to 1)."""
-        zeros = ", ".join(["0"] * depth + ["x"])
-        earlier = isl.Set.read_from_str(self.model.ctx, f"{{ [{zeros}] : x < 0 }}")
-        # statement by statement: maps, not union maps, cost ISL a fraction
+        # statement by statement, as ``poly._in_order`` orders pairs: maps, not union
+        # maps, cost ISL a fraction (an accumulator's pairs of updates of one element,
+        # ``same_element``, are unordered: not among these)
         of = {m.get_tuple_name(isl.dim_type.in_): m for m in maps_of(sched)}
-        # (an accumulator's pairs of updates of one element, ``same_element``, are
-        # unordered: not among these)
         for kind, var, m in self.ordered:
             src, dst = m.get_tuple_name(isl.dim_type.in_), m.get_tuple_name(isl.dim_type.out)
-            if src in of and dst in of:
-                t = m.apply_domain(of[src]).apply_range(of[dst])
-                if not t.is_empty() and not t.deltas().intersect(earlier).is_empty():
-                    return f"{kind} dependence of {var!r}: {src} -> {dst}"
+            if src in of and dst in of and not m.intersect(
+                    of[src].lex_gt_map(of[dst])).is_empty():
+                return f"{kind} dependence of {var!r}: {src} -> {dst}"
         return ""
 
     def reads_apart(self, users: list, var: str, sched: isl.UnionMap, depth: int) -> bool:
@@ -433,9 +429,9 @@ class _LoopAnalysis:
                 continue
             kinds = [k for k, v in carried.items() if v]
             reasons.append(f"{var!r} has loop-carried {'/'.join(kinds)} dependences")
-        if self.check_order and any_carried and not self.reversed:
+        if self.check_order and any_carried and not self.runs_backwards:
             # (a dependence the loop runs backwards is one it carries)
-            self.reversed = self.runs_backwards(sched, depth)
+            self.runs_backwards = self.backward_dependence(sched)
         key = f"loop{len(self.loops)}"
         self.loops[key] = LoopFacts(
             key=key, depth=depth, statements=stmts, parallel=not reasons, carried=any_carried,
@@ -849,7 +845,8 @@ def _candidate(schedule: isl.Schedule, kernel: ir.Kernel, model: PolyModel,
     del handle
     if analysis.error is not None:
         raise analysis.error
-    return ScheduleCandidate(kernel, schedule, ast, analysis.loops, bounds, analysis.reversed)
+    return ScheduleCandidate(kernel, schedule, ast, analysis.loops, bounds,
+                             analysis.runs_backwards)
 
 
 def guarded_pieces(scheduled: ScheduledKernel) -> ScheduledKernel:
@@ -860,8 +857,8 @@ def guarded_pieces(scheduled: ScheduledKernel) -> ScheduledKernel:
     than ``for m { border; for n { interior } }``. A GPU target maps the
     perfect nest onto a 2-D grid (guarded threads at the border). The loop
     facts are those of the new AST's loops (same dependence test). Where that AST
-    runs a dependence backwards (``_LoopAnalysis.runs_backwards``), ``scheduled`` keeps
-    its AST of a loop per piece, with a decision saying why.
+    runs a dependence backwards (``_LoopAnalysis.backward_dependence``), ``scheduled``
+    keeps its AST of a loop per piece, with a decision saying why.
     """
     cand = _candidate(scheduled.schedule, scheduled.kernel, scheduled.model, scheduled.deps,
                       separate=False)
