@@ -256,6 +256,49 @@ def test_a_dropped_zero_write_has_no_adjoint():
 
 
 @pa.kernel
+def dropped_write_of_a_max(x: pa.f64[N + 1, N].mirror, y: pa.Out(pa.f64[N + 1, N].zero)):
+    for i in range(N):
+        for j in range(N):
+            y[2 * j, i] = max(x[i, j], x[2 * j + 3, i])
+    for i in range(N + 1):
+        for j in range(N):
+            x[i, j] *= 0.5
+
+
+def test_a_dropped_zero_write_has_no_tape_stores():
+    """Fuzz seed 16189: the taped branch of a ``max`` whose operands are overwritten later
+    was stored at every instance of the loops, also where the write to the .zero array
+    ``y`` is dropped. There its operand ``x[2 * j + 3, i]`` needs two mirror reflections,
+    so the vjp refused sizes the primal runs at (N = 6). Tape stores now run where the
+    primal statement runs."""
+    v = pa.vjp(dropped_write_of_a_max, wrt=["x"])
+    tape_stores = [st for st in v.ir.statements if st.source.startswith("tape: which branch")]
+    assert tape_stores
+    for st in tape_stores:
+        conds = " and ".join(pa.ir.expr_str(c.expr) for c in st.conditions)
+        assert "2 * j < N + 1" in conds, conds
+    rng = np.random.default_rng(2)
+    for n in (3, 5, 6):
+        x = rng.standard_normal((n + 1, n))
+        x_bar, y_bar = rng.standard_normal((n + 1, n)), rng.standard_normal((n + 1, n))
+        d_x = v(x.copy(), x_bar=x_bar, y_bar=y_bar)
+        d_x = d_x[0] if isinstance(d_x, tuple) else d_x
+
+        def pulled_back(x):
+            x = x.copy()
+            y = dropped_write_of_a_max(x)
+            return (x * x_bar).sum() + (y * y_bar).sum()
+
+        eps, fd = 1e-6, np.zeros_like(x)
+        for idx in np.ndindex(x.shape):
+            xp, xm = x.copy(), x.copy()
+            xp[idx] += eps
+            xm[idx] -= eps
+            fd[idx] = (pulled_back(xp) - pulled_back(xm)) / (2 * eps)
+        np.testing.assert_allclose(d_x, fd, rtol=1e-6, atol=1e-8, err_msg=f"N = {n}")
+
+
+@pa.kernel
 def taped_odd_taps(x0: pa.f64[N + 2], y0: pa.Out(pa.f64[N])):
     for i in range(N):
         for k in range(1, N, 2):

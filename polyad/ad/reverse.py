@@ -36,7 +36,7 @@ from .activity import all_reads, analyze, diff_reads, target_name
 from .funcs import FuncLibrary
 from .rules import partials
 from .recorded import RecordedSets, analysable_error_types
-from .tape import Resolver, injective_index, plainly_in_bounds
+from .tape import Resolver, injective_index, plainly_in_bounds, written_inside
 
 
 class NoGradientPathWarning(UserWarning):
@@ -152,17 +152,6 @@ def check_wrt(k: ir.Kernel, wrt) -> list[str]:
 # --------------------------------------------------------------------------
 # helpers
 # --------------------------------------------------------------------------
-
-
-def _written_inside(arrays: dict, target) -> tuple:
-    """Conditions under which a write to ``target`` happens: a write outside a ``.zero``
-    array is dropped (the primal statement does not run there), so its adjoint must not
-    run there either, nor make the accesses it would make valid only if it did (the
-    mirror read a dropped instance never makes; fuzz seed 1050)."""
-    at = arrays.get(target.array) if isinstance(target, Load) else None
-    if at is None or at.mode != "zero":
-        return ()
-    return tuple(ir.Condition(ir.within_extent(e, ext)) for e, ext in zip(target.index, at.shape))
 
 
 def reverse_loop(lp: Loop) -> Loop:
@@ -456,7 +445,7 @@ class _Reverse:
             e, op = Binary("+", T, e, T.dtype), "="
         guard = R.primal(st.guard, lf)
         src = f"adjoint of: {st.source}"
-        conditions = st.conditions + _written_inside(self.arrays, T)
+        conditions = st.conditions + written_inside(self.arrays, T)
 
         def mk(target, o, expr):
             return Item(target, o, expr, conditions, guard, st.line, src)

@@ -117,6 +117,17 @@ def plainly_in_bounds(index: tuple, loops, shape) -> bool:
     return True
 
 
+def written_inside(array_types: dict, target) -> tuple:
+    """Conditions under which a write to ``target`` happens: a write outside a ``.zero``
+    array is dropped (the primal statement does not run there), so neither its adjoint
+    nor its tape stores may run there, nor make the accesses they would make valid only
+    if it did (the mirror read a dropped instance never makes; fuzz seeds 1050, 16189)."""
+    at = array_types.get(target.array) if isinstance(target, Load) else None
+    if at is None or at.mode != "zero":
+        return ()
+    return tuple(ir.Condition(ir.within_extent(e, ext)) for e, ext in zip(target.index, at.shape))
+
+
 class Resolver:
     """Decides how the reverse sweep obtains each primal value (see module doc)."""
 
@@ -191,7 +202,7 @@ class Resolver:
             ref = self._new_tape(leaf.path, ir.bit, f"{st.name}_branch", holds, zero=True)
             flag = ir.Select(cond, ir.Const(1, ir.bit), ir.Const(0, ir.bit), ir.bit)
             self.tape_before.setdefault(leaf.path, []).append(
-                Item(ref, "=", flag, st.conditions, None, st.line, f"tape: {holds}"))
+                Item(ref, "=", flag, self.runs_under(st), None, st.line, f"tape: {holds}"))
             reads = {ir.expr_str(ld) for ld in ir.loads(cond)}
             for r in self.records:
                 if r["leaf"] == leaf.index and r["read"] in reads and not r["final"]:
@@ -445,6 +456,10 @@ class Resolver:
     # guard: the adjoint evaluates the guard on primal values - possibly the taped one -
     # so the tape must hold the value also where the guard was false. (Guards are not
     # part of the iteration domain: the access is valid either way.)
+    def runs_under(self, st: ir.Statement) -> tuple:
+        """The affine conditions of ``st``'s instances: its own, and where its target is a
+        ``.zero`` array, the target in range (``written_inside``)."""
+        return st.conditions + written_inside(self.array_types, st.target)
 
     def tape_load(self, ld: Load, leaf: Leaf) -> Expr:
         key = ("load", ld, leaf.index)
@@ -459,7 +474,7 @@ class Resolver:
                 if r["leaf"] == leaf.index and r["read"] == ir.expr_str(ld):
                     r["tape"] = ref.array if isinstance(ref, Load) else ref.name
             self.tape_before.setdefault(leaf.path, []).append(
-                Item(ref, "=", ld, st.conditions, None, st.line, f"tape: {holds}"))
+                Item(ref, "=", ld, self.runs_under(st), None, st.line, f"tape: {holds}"))
             self.tapes[key] = ref
         return self.tapes[key]
 

@@ -14,17 +14,13 @@ of the reference is a number, the compiled values those of the reference interpr
 the vjp's IR) pass with every check since the twenty-third round of issue 10: where the
 reference overflows, the vjp is held to that interpreter instead of JAX
 (``check.reference_overflows``), as is seed 15772, found in that round.
+Seed 16189 (a vjp that refused a size its primal runs at: the taped branch of a ``max``
+stored where the primal's write to a ``.zero`` array is dropped, reading a mirror element
+two reflections away) passes with every check since the twenty-fifth round: tape stores
+run where the primal statement runs (``tests/test_fuzz_regressions.py``).
 """
 
 KNOWN = {
-    # found with --cases 60 --seed 16140 --full (the twenty-fourth round of issue 10); the
-    # same at 1bdc0a5, before that round
-    16189: "the vjp refuses N = 6, at which the primal runs: its working copy of the "
-           "mirror array z0 is read at z0_work[2 * j + 3, N - i] in instances where the "
-           "primal's update of the .zero array y0[2 * j, i + 3] falls outside y0 and is "
-           "dropped (so the primal never reads there), and a second reflection would be "
-           "needed; a clear 'sizes too small' error, no wrong value. The kernel without its "
-           "max (y0[2 * j, i + 3] *= z0[2 * j + 3, N - i]) differentiates at N = 6",
     # found with --cases 120 --seed 8000
     8109: "compile time: > 500 s (the same at 19789f1, before this round's passes)",
     # found with --cases 100 --seed 14600 --full (the case's checks past 300 s)
