@@ -580,8 +580,11 @@ def lower_dimensional(s: isl.Set) -> bool:
 def _border_index(e: Expr, extent: Expr, mode: str) -> Expr:
     """Where index ``e`` lands under ``mode`` on every side at once, as min/max of affine
     expressions (C and ISL both read them): clamped ``max(0, min(e, extent - 1))``;
-    mirror ``min(|e|, 2 extent - 2 - |e|)`` with ``|e| = max(e, -e)``, one reflection as
-    in ``_dim_pieces`` (the bounds proof asks the sizes for it)."""
+    mirror ``min(|e|, 2 extent - 2 - e)`` with ``|e| = max(e, -e)``: ``-e`` below the
+    array, ``2 extent - 2 - e`` above it, one reflection as in ``_dim_pieces``, so the
+    bounds proof asks the sizes for it. (``2 extent - 2 - |e|`` would reflect an index
+    below the array a second time, about the far edge, where ``-e >= extent``: the
+    primal then ran at sizes its derivatives' pieces refuse; fuzz seed 16295.)"""
     lo = lambda a, b: Call("min", (a, b), ir.i64)
     hi = lambda a, b: Call("max", (a, b), ir.i64)
     zero, one, two = Const(0, ir.i64), Const(1, ir.i64), Const(2, ir.i64)
@@ -590,7 +593,7 @@ def _border_index(e: Expr, extent: Expr, mode: str) -> Expr:
         return hi(zero, lo(e, last))
     assert mode == "mirror", mode
     size = hi(e, Unary("neg", e, ir.i64))
-    return lo(size, Binary("-", Binary("*", two, last, ir.i64), size, ir.i64))
+    return lo(size, Binary("-", Binary("*", two, last, ir.i64), e, ir.i64))
 
 
 def _zero_border_read(ld: Load, dims: list, at: ir.ArrayType) -> Expr:

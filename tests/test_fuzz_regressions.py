@@ -299,6 +299,51 @@ def test_a_dropped_zero_write_has_no_tape_stores():
 
 
 @pa.kernel
+def mirror_read_two_below(x: pa.f64[N + 1].clamped, z: pa.f64[N + 1].mirror,
+                          y: pa.Out(pa.f64[2 * N, N + 1])):
+    for i in range(0, N, 2):
+        for j in range(N):
+            y[2 * i, j] = x[i - 2] - min(z[j - 2], x[j + 2])
+
+
+def test_a_border_piece_reflects_a_mirror_read_once():
+    """Fuzz seed 16295: a mirror read resolved on a border piece in closed form
+    (``min(|e|, 2 * (extent - 1) - |e|)``) reflected an index below the array a second
+    time, about the far edge, so the primal ran at N = 1 (z[-2] of two elements) while its
+    vjp, whose pieces reflect once, refused that size. Both now need the size to exceed
+    the offset, as the DSL documents; at larger sizes the values are numpy's reflection."""
+    pieces = poly.split_boundary_pieces(mirror_read_two_below.ir).statements
+    assert [st.on_border for st in pieces] == [False, True]  # the closed form's piece
+    line = mirror_read_two_below.ir.statements[0].line
+    v = pa.vjp(mirror_read_two_below, wrt=["x", "z"])
+    rng = np.random.default_rng(3)
+    with pytest.raises(pa.ShapeError, match=f"line {line} needs the size of dimension 0 of 'z'"):
+        mirror_read_two_below(rng.standard_normal(2), rng.standard_normal(2))
+    with pytest.raises(pa.ShapeError, match="sizes too small"):
+        v(rng.standard_normal(2), rng.standard_normal(2), y_bar=rng.standard_normal((2, 2)))
+    for n in (2, 3, 4):
+        x, z = rng.standard_normal(n + 1), rng.standard_normal(n + 1)
+        xc = np.pad(x, 2, mode="edge")
+        zr = np.pad(z, 2, mode="reflect")
+        ref = np.zeros((2 * n, n + 1))
+        for i in range(0, n, 2):
+            ref[2 * i, :n] = xc[i] - np.minimum(zr[:n], xc[4:n + 4])
+        np.testing.assert_allclose(mirror_read_two_below(x, z), ref, rtol=1e-14, err_msg=f"N = {n}")
+        y_bar = rng.standard_normal((2 * n, n + 1))
+        d_x, d_z = v(x, z, y_bar=y_bar)
+        eps = 1e-6
+        for arg, grad in ((0, d_x), (1, d_z)):
+            fd = np.zeros(n + 1)
+            for k in range(n + 1):
+                plus, minus = [x.copy(), z.copy()], [x.copy(), z.copy()]
+                plus[arg][k] += eps
+                minus[arg][k] -= eps
+                fd[k] = ((mirror_read_two_below(*plus) - mirror_read_two_below(*minus)) * y_bar
+                         ).sum() / (2 * eps)
+            np.testing.assert_allclose(grad, fd, rtol=1e-6, atol=1e-8, err_msg=f"N = {n}")
+
+
+@pa.kernel
 def taped_odd_taps(x0: pa.f64[N + 2], y0: pa.Out(pa.f64[N])):
     for i in range(N):
         for k in range(1, N, 2):
