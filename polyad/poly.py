@@ -668,7 +668,8 @@ def boundary_access_map(model: PolyModel, st: Statement, ld: Load) -> isl.Map:
 # --------------------------------------------------------------------------
 
 
-def check_bounds(kernel: ir.Kernel, model: PolyModel) -> list[SizeRequirement]:
+def check_bounds(kernel: ir.Kernel, model: PolyModel,
+                 written: Optional[ir.Kernel] = None) -> list[SizeRequirement]:
     """Prove every access of the (piece-split) ``kernel`` lies inside its array.
 
     Raises ``BoundsError`` naming the access and an iteration that falls
@@ -676,9 +677,12 @@ def check_bounds(kernel: ir.Kernel, model: PolyModel) -> list[SizeRequirement]:
     for large sizes. Out-of-bounds cases that only small sizes produce
     (circular/mirror pieces whose offset exceeds the size, a stencil written
     for N >= 2 called with N = 1, ``x[i, 0]`` with N = 0) are returned as
-    requirements the runtime checks before calling the C code.
+    requirements the runtime checks before calling the C code. ``written``: the
+    kernel ``split_boundary_pieces`` split into ``kernel``, whose accesses (as the
+    DSL wrote them) the requirements of boundary modes then name.
     """
     requirements = []
+    written_statements = {st.name: st for st in written.statements} if written else {}
     for st in kernel.statements:
         accesses = [(ld, "reads") for ld in st.reads() if ld is not st.target]
         if isinstance(st.target, Load):
@@ -702,13 +706,40 @@ def check_bounds(kernel: ir.Kernel, model: PolyModel) -> list[SizeRequirement]:
                 if at.mode is None and _persists_for_large_sizes(bad_sizes, model):
                     raise _bounds_error(kernel, st, ld, verb, d, bad, model, access)
                 # Out of bounds only for finitely many (small) sizes: a call-time check.
-                why = (f"the {at.mode} access {access} at line {st.line} needs the size of "
-                       f"dimension {d} of {ld.array!r} ({ir.expr_str(ext)}) to exceed its offset"
+                shown = _as_written(ld, written_statements.get(
+                    st.origin[-1].parent if st.origin else st.name), at)
+                why = (f"the {at.mode} access {shown.array}"
+                       f"[{', '.join(ir.expr_str(i) for i in shown.index)}] at line {st.line} "
+                       f"needs the size of dimension {d} of {ld.array!r} ({ir.expr_str(ext)}) "
+                       f"to exceed its offset"
                        if at.mode else
                        f"{access} at line {st.line} would fall outside {ld.array!r} for "
                        f"these sizes")
                 requirements.append(SizeRequirement(bad_sizes, why))
     return requirements
+
+
+def _as_written(ld: Load, st: Optional[Statement], at: ir.ArrayType) -> Load:
+    """The access of statement ``st`` (before ``split_boundary_pieces``) that ``ld``, an
+    access of one of its pieces, resolves through ``at``'s boundary mode: the load of the
+    same array each of whose indices resolves to ``ld``'s (a case of ``_dim_pieces`` or
+    the border form ``_border_index``); ``ld`` itself where none does, or without a mode."""
+    if st is None or not at.mode:
+        return ld
+    found = ir.loads(st.expr) + (ir.loads(st.guard) if st.guard is not None else []) + (
+        [st.target] if isinstance(st.target, Load) else [])
+
+    def resolves(e: Expr, ext: Expr, piece_index: Expr) -> bool:
+        forms = [res for _, res in _dim_pieces(e, ext, at.mode)]
+        if at.mode in ("clamped", "mirror"):
+            forms.append(_border_index(e, ext, at.mode))
+        return piece_index in forms
+
+    for cand in dict.fromkeys(found):
+        if cand.array == ld.array and all(
+                resolves(e, ext, i) for e, ext, i in zip(cand.index, at.shape, ld.index)):
+            return cand
+    return ld
 
 
 # Sizes at least this large exceed any offset a real kernel uses: an access that is

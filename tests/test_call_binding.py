@@ -155,7 +155,7 @@ CASES = [
      'hi.copy())'),
     ('sizes_too_small', pa.ShapeError,
      lambda: wrap3(np.ones(2)),
-     'wrap3(): sizes too small (N = 2): the circular access x[i - 3 + N] at line 73 '
+     'wrap3(): sizes too small (N = 2): the circular access x[i - 3] at line 73 '
      "needs the size of dimension 0 of 'x' (N) to exceed its offset"),
 ]
 

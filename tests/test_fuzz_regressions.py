@@ -311,15 +311,17 @@ def test_a_border_piece_reflects_a_mirror_read_once():
     (``min(|e|, 2 * (extent - 1) - |e|)``) reflected an index below the array a second
     time, about the far edge, so the primal ran at N = 1 (z[-2] of two elements) while its
     vjp, whose pieces reflect once, refused that size. Both now need the size to exceed
-    the offset, as the DSL documents; at larger sizes the values are numpy's reflection."""
+    the offset, as the DSL documents, and name the access as written (``z[j - 2]``, not
+    the border piece's closed form); at larger sizes the values are numpy's reflection."""
     pieces = poly.split_boundary_pieces(mirror_read_two_below.ir).statements
     assert [st.on_border for st in pieces] == [False, True]  # the closed form's piece
     line = mirror_read_two_below.ir.statements[0].line
     v = pa.vjp(mirror_read_two_below, wrt=["x", "z"])
     rng = np.random.default_rng(3)
-    with pytest.raises(pa.ShapeError, match=f"line {line} needs the size of dimension 0 of 'z'"):
+    with pytest.raises(pa.ShapeError, match=rf"access z\[j - 2\] at line {line} needs the "
+                                            "size of dimension 0 of 'z'"):
         mirror_read_two_below(rng.standard_normal(2), rng.standard_normal(2))
-    with pytest.raises(pa.ShapeError, match="sizes too small"):
+    with pytest.raises(pa.ShapeError, match=r"sizes too small .*access z\[j - 2\]"):
         v(rng.standard_normal(2), rng.standard_normal(2), y_bar=rng.standard_normal((2, 2)))
     for n in (2, 3, 4):
         x, z = rng.standard_normal(n + 1), rng.standard_normal(n + 1)

@@ -552,7 +552,7 @@ def _schedule_kernel(kernel: ir.Kernel,
     with clock.stage("bounds", len(split.statements)):
         # Bounds are proved on the program as written: a transformation (dead-code
         # elimination first of all) must not hide an out-of-bounds access from the user.
-        written_requirements = check_bounds(split, model.for_kernel(split))
+        written_requirements = check_bounds(split, model.for_kernel(split), written=kernel)
     with clock.stage("unit strides", len(split.statements)):
         split, strides = unit_stride_loops(split)
     with clock.stage("dead statements", len(split.statements)):
