@@ -706,8 +706,8 @@ def check_bounds(kernel: ir.Kernel, model: PolyModel,
                 if at.mode is None and _persists_for_large_sizes(bad_sizes, model):
                     raise _bounds_error(kernel, st, ld, verb, d, bad, model, access)
                 # Out of bounds only for finitely many (small) sizes: a call-time check.
-                shown = _as_written(ld, written_statements.get(
-                    st.origin[-1].parent if st.origin else st.name), at)
+                shown = _as_written(ld, written, written_statements.get(
+                    st.origin[-1].parent if st.origin else st.name))
                 why = (f"the {at.mode} access {shown.array}"
                        f"[{', '.join(ir.expr_str(i) for i in shown.index)}] at line {st.line} "
                        f"needs the size of dimension {d} of {ld.array!r} ({ir.expr_str(ext)}) "
@@ -719,15 +719,15 @@ def check_bounds(kernel: ir.Kernel, model: PolyModel,
     return requirements
 
 
-def _as_written(ld: Load, st: Optional[Statement], at: ir.ArrayType) -> Load:
-    """The access of statement ``st`` (before ``split_boundary_pieces``) that ``ld``, an
-    access of one of its pieces, resolves through ``at``'s boundary mode: the load of the
-    same array each of whose indices resolves to ``ld``'s (a case of ``_dim_pieces`` or
-    the border form ``_border_index``); ``ld`` itself where none does, or without a mode."""
-    if st is None or not at.mode:
+def _as_written(ld: Load, written: Optional[ir.Kernel], st: Optional[Statement]) -> Load:
+    """The access of statement ``st`` of ``written`` (the kernel before
+    ``split_boundary_pieces``) that ``ld``, an access of one of its pieces, resolves
+    through its array's boundary mode: the load of the same array each of whose indices
+    resolves to ``ld``'s (a case of ``_dim_pieces`` or the border form
+    ``_border_index``); ``ld`` itself where none does, or without a mode."""
+    if st is None or written is None or not written.array_type(ld.array).mode:
         return ld
-    found = ir.loads(st.expr) + (ir.loads(st.guard) if st.guard is not None else []) + (
-        [st.target] if isinstance(st.target, Load) else [])
+    at = written.array_type(ld.array)
 
     def resolves(e: Expr, ext: Expr, piece_index: Expr) -> bool:
         forms = [res for _, res in _dim_pieces(e, ext, at.mode)]
@@ -735,7 +735,7 @@ def _as_written(ld: Load, st: Optional[Statement], at: ir.ArrayType) -> Load:
             forms.append(_border_index(e, ext, at.mode))
         return piece_index in forms
 
-    for cand in dict.fromkeys(found):
+    for cand in _moded_loads(written, st):
         if cand.array == ld.array and all(
                 resolves(e, ext, i) for e, ext, i in zip(cand.index, at.shape, ld.index)):
             return cand
