@@ -36,7 +36,7 @@ from .activity import all_reads, analyze, diff_reads, target_name
 from .funcs import FuncLibrary
 from .rules import partials
 from .recorded import RecordedSets, analysable_error_types
-from .tape import Resolver, injective_index, plainly_in_bounds, written_inside
+from .tape import Resolver, injective_index, plainly_in_bounds
 
 
 class NoGradientPathWarning(UserWarning):
@@ -445,7 +445,7 @@ class _Reverse:
             e, op = Binary("+", T, e, T.dtype), "="
         guard = R.primal(st.guard, lf)
         src = f"adjoint of: {st.source}"
-        conditions = st.conditions + written_inside(self.arrays, T)
+        conditions = R.runs_under(st)  # (the tape stores run under the same)
 
         def mk(target, o, expr):
             return Item(target, o, expr, conditions, guard, st.line, src)

@@ -458,7 +458,8 @@ class Resolver:
     # part of the iteration domain: the access is valid either way.)
     def runs_under(self, st: ir.Statement) -> tuple:
         """The affine conditions of ``st``'s instances: its own, and where its target is a
-        ``.zero`` array, the target in range (``written_inside``)."""
+        ``.zero`` array, the target in range (``written_inside``). Its tape stores and its
+        adjoint statements (``reverse``) run under them."""
         return st.conditions + written_inside(self.array_types, st.target)
 
     def tape_load(self, ld: Load, leaf: Leaf) -> Expr:
