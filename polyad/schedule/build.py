@@ -33,8 +33,9 @@ from .loop_order import (add_decisions, block_sum_rows_in_registers, block_sums_
                          expand_reduction_rows, interchange_for_reuse, jam_small_loops,
                          unit_stride_innermost)
 from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, dependences,
-                    isl_name, large_sizes, maps_of, operation_quota, split_boundary_pieces,
-                    strided_ast_build_crashes, text_within_seconds, values_without_divs)
+                    isl_name, large_sizes, maps_of, operation_quota, pairs_run_in_order,
+                    split_boundary_pieces, statement_schedules, strided_ast_build_crashes,
+                    text_within_seconds, values_without_divs)
 
 _REDUCTION_OPS = {"+=": "+", "-=": "+", "*=": "*"}
 
@@ -254,14 +255,13 @@ class _LoopAnalysis:
         iteration of a sequential loop than the schedule tree gives it (islpy 2026.2.2,
         fuzz seed 16020's vjp on CUDA: ``d_y0[i] = 0`` at iteration -1 of a band that
         maps it, and the scatters that read ``d_y0[i]`` first, to 1)."""
-        # statement by statement, as ``poly._in_order`` orders pairs: maps, not union
-        # maps, cost ISL a fraction (an accumulator's pairs of updates of one element,
-        # ``same_element``, are unordered: not among these)
-        of = {m.get_tuple_name(isl.dim_type.in_): m for m in maps_of(sched)}
+        # statement pair by statement pair (an accumulator's pairs of updates of one
+        # element, ``same_element``, are unordered: not among these)
+        schedules = statement_schedules(sched)
         for kind, var, m in self.ordered:
             src, dst = m.get_tuple_name(isl.dim_type.in_), m.get_tuple_name(isl.dim_type.out)
-            if src in of and dst in of and not m.intersect(
-                    of[src].lex_gt_map(of[dst])).is_empty():
+            if src in schedules and dst in schedules and not pairs_run_in_order(
+                    m, schedules, backwards=True).is_empty():
                 return f"{kind} dependence of {var!r}: {src} -> {dst}"
         return ""
 

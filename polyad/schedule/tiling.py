@@ -45,7 +45,7 @@ import islpy as isl
 
 from .. import ir
 from ..ir import Load, LoopVar
-from ..poly import Dependences, PolyModel, maps_of
+from ..poly import Dependences, PolyModel, maps_of, statement_schedules
 
 DEFAULT_L2_BYTES = 1 << 20
 LARGEST_TILE = 128
@@ -186,7 +186,7 @@ def tile_schedule(schedule: isl.Schedule, kernel: ir.Kernel, model: PolyModel,
         return None, []
     l2_bytes = l2_bytes or l2_cache_bytes()
     flat = schedule.get_map()
-    per_statement = {m.get_tuple_name(isl.dim_type.in_): m for m in maps_of(flat)}
+    per_statement = statement_schedules(flat)
     width = next(iter(per_statement.values())).dim(isl.dim_type.out)
     funcs = {name: _functions(m) for name, m in per_statement.items()}
     tiled: dict[str, tuple[int, int, dict]] = {}  # statement -> (first dim, end dim, T per dim)
