@@ -636,6 +636,8 @@ class Temp:
     row`` of ``type.shape[0]`` rows, the variable of the loop the generated code runs in
     blocks of that many values, each value of a block on a row of its own (the kernel's
     statements use row 0: ``schedule.loop_order.block_sum_rows_in_registers``).
+    ``copy_of``: for a derived kernel's working copy of an in-out array, that array's
+    name, which messages give the copy (the caller passes ``x``, not ``x_work``).
     """
 
     name: str
@@ -645,6 +647,7 @@ class Temp:
     holds: str = ""
     chunk: str = ""
     block: str = ""
+    copy_of: str = ""
 
     def __post_init__(self):
         if self.role not in TEMP_ROLES:
@@ -762,6 +765,14 @@ class Kernel:
             if t.name == name:
                 return t.type
         raise KeyError(name)
+
+    def shown_name(self, array: str) -> str:
+        """The name messages give ``array``: for a derived kernel's working copy of an
+        in-out array, the array the caller passes (``Temp.copy_of``); else ``array``."""
+        for t in self.temps:
+            if t.name == array and t.copy_of:
+                return t.copy_of
+        return array
 
     def scalar_dtype(self, name: str) -> DType:
         for p in self.params:

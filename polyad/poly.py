@@ -708,13 +708,14 @@ def check_bounds(kernel: ir.Kernel, model: PolyModel,
                 # Out of bounds only for finitely many (small) sizes: a call-time check.
                 shown = _as_written(ld, written, written_statements.get(
                     st.origin[-1].parent if st.origin else st.name))
-                why = (f"the {at.mode} access {shown.array}"
-                       f"[{', '.join(ir.expr_str(i) for i in shown.index)}] at line {st.line} "
-                       f"needs the size of dimension {d} of {ld.array!r} ({ir.expr_str(ext)}) "
+                name = kernel.shown_name(ld.array)
+                shown_index = ", ".join(ir.expr_str(i) for i in shown.index)
+                why = (f"the {at.mode} access {name}[{shown_index}] at line {st.line} "
+                       f"needs the size of dimension {d} of {name!r} ({ir.expr_str(ext)}) "
                        f"to exceed its offset"
                        if at.mode else
-                       f"{access} at line {st.line} would fall outside {ld.array!r} for "
-                       f"these sizes")
+                       f"{name}[{shown_index}] at line {st.line} would fall outside {name!r} "
+                       f"for these sizes")
                 requirements.append(SizeRequirement(bad_sizes, why))
     return requirements
 

@@ -16,8 +16,8 @@ import numpy as np
 import pytest
 
 import polyad as pa
-from binding_kernels import (axpy, blur2d, count_up, first_n, mixed_extents, odd_extent, pad_k,
-                             ssq, ssq32, taps2d, two_outs, wrap3)
+from binding_kernels import (N, axpy, blur2d, count_up, first_n, mixed_extents, odd_extent,
+                             pad_k, ssq, ssq32, taps2d, two_outs, wrap3)
 
 x5 = np.arange(5.0)
 
@@ -282,6 +282,29 @@ def test_size_conditions_are_checked_for_every_new_size():
         with pytest.raises(pa.ShapeError, match="sizes too small"):
             wrap3(np.ones(n))
     np.testing.assert_array_equal(wrap3(np.ones(3)), np.full(3, 2.0))
+
+
+@pa.kernel
+def reflect_in_place(x: pa.f64[N + 1], z: pa.f64[N + 1].mirror):
+    for i in range(N):
+        z[i] = z[i - 2] * x[i]
+
+
+def test_a_derivatives_size_requirement_names_the_array_the_caller_passes():
+    """A vjp works on a copy of the in-out array ``z`` (``z_work``); its size requirement
+    names ``z``, the array the caller passes, as the primal's does."""
+    v = pa.vjp(reflect_in_place, wrt=["x", "z"])
+    assert "z_work" in [t.name for t in v.ir.temps]
+    line = reflect_in_place.ir.statements[0].line
+    want = (rf"sizes too small \(N = 1\): the mirror access z\[i - 2\] at line {line} "
+            r"needs the size of dimension 0 of 'z' \(N \+ 1\) to exceed its offset(\n|$)")
+    with pytest.raises(pa.ShapeError, match=r"reflect_in_place\(\): " + want):
+        reflect_in_place(np.ones(2), np.ones(2))
+    with pytest.raises(pa.ShapeError, match=r"reflect_in_place_vjp_x_z\(\): " + want):
+        v(np.ones(2), np.ones(2), z_bar=np.ones(2))
+    z = np.arange(4.0)
+    reflect_in_place(np.ones(4), z)
+    np.testing.assert_array_equal(z, [2.0, 1.0, 2.0, 3.0])  # z[-2] is z[2], z[-1] is z[1]
 
 
 def test_compiled_size_conditions_agree_with_isl():

@@ -110,7 +110,7 @@ class _Forward:
                     self.temps.append(ir.Temp(p.name, p.type, True))
                 elif p.intent == "inout":
                     work = mapping[p.name] = self.names.fresh(f"{p.name}_work")
-                    self.temps.append(ir.Temp(work, p.type, False))
+                    self.temps.append(ir.Temp(work, p.type, False, copy_of=p.name))
                     vs = idx[:p.type.ndim]
                     ix = tuple(LoopVar(v) for v in vs)
                     copies.append(Statement(

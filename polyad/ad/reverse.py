@@ -284,7 +284,8 @@ class _Reverse:
                     self.temps.append(ir.Temp(ren(p.name), p.type, True, "primal"))
                 elif p.intent == "inout":
                     self.arrays[ren(p.name)] = p.type
-                    self.temps.append(ir.Temp(ren(p.name), p.type, False, "primal"))
+                    self.temps.append(ir.Temp(ren(p.name), p.type, False, "primal",
+                                              copy_of=p.name))
         for t in k.temps:
             self.arrays[ren(t.name)] = t.type
             self.temps.append(dataclasses.replace(t, name=ren(t.name)))
