@@ -149,18 +149,23 @@ def test_a_vjp_past_an_overflow_is_held_to_the_interpreter_of_its_ir(tmp_path):
             _check_interpreted_vjp(case, vk, args, {"x0": changed}, "vjp")
 
 
-def _seed_16054_at_5_by_6():
-    """Seed 16054's case, reference and the inputs its check draws at M = 5, N = 6."""
+def _case_at(seed: int, sizes: dict):
+    """The case of ``seed``, its reference and the inputs its check draws at ``sizes``."""
     import numpy as np
     from tests.fuzz.check import make_inputs
     from tests.fuzz.oracle import load_reference
-    case = generate(16054)
+    case = generate(seed)
     rng = np.random.default_rng(case.seed)
-    for sizes in case.size_sets:  # the check's draws, in its order
-        arrays, scalars = make_inputs(case, sizes, rng)
-        if sizes == {"M": 5, "N": 6}:
+    for drawn in case.size_sets:  # the check's draws, in its order
+        arrays, scalars = make_inputs(case, drawn, rng)
+        if drawn == sizes:
             return case, load_reference(case), arrays, scalars, sizes
-    raise AssertionError("seed 16054 no longer checks M = 5, N = 6")
+    raise AssertionError(f"seed {seed} no longer checks {sizes}")
+
+
+def _seed_16054_at_5_by_6():
+    """Seed 16054's case, reference and the inputs its check draws at M = 5, N = 6."""
+    return _case_at(16054, {"M": 5, "N": 6})
 
 
 def test_values_that_amplify_rounding_are_held_to_the_references_own_noise():
@@ -219,6 +224,40 @@ def test_finite_differences_that_do_not_converge_leave_the_direction_to_jax(tmp_
     wrong = dict(grads, x0=grads["x0"] * 1.01)
     with pytest.raises(Mismatch, match="jax.grad"):
         oracle.check(wrong, "vjp")
+
+
+def test_finite_differences_lost_in_the_objectives_rounding_leave_the_direction_to_jax(
+        tmp_path):
+    """Seed 16659 at M = 4, N = 7: the output ``y0`` reaches 1e42 while the result, a sum
+    of entries of ``x0``, changes by about 1e-6 over a step: the objective's rounding
+    hides that change, both differences were exactly 0 and the check called the vjp
+    wrong. Such directions are left to JAX, which the vjp matches; with ``y0``'s
+    cotangent zero the objective is small and the differences judge again, and catch a
+    wrong gradient."""
+    pytest.importorskip("jax")
+    import numpy as np
+    import polyad as pa
+    from tests.fuzz.check import (Mismatch, _check_fd, _JaxGradient, call_compiled,
+                                  load_kernel)
+    case, ref, arrays, scalars, sizes = _case_at(16659, {"M": 4, "N": 7})
+    kern = load_kernel(case, str(tmp_path))
+    ck, vk = pa.compile(kern), pa.vjp(kern, ["x0"])
+    assert np.max(np.abs(call_compiled(ck, case, arrays, scalars)["y0"])) > 1e30
+    rng = np.random.default_rng(1)
+
+    def vjp_of(cots):
+        (d_x0,) = vk(x0=arrays["x0"].copy(), y0_bar=cots["y0"], result_bar=cots["result"],
+                     **sizes)
+        return {"x0": np.asarray(d_x0, np.float64)}
+    cots = {"y0": rng.uniform(-1.0, 1.0, arrays["y0"].shape), "result": 0.9}
+    grads = vjp_of(cots)
+    assert _check_fd(case, ck, arrays, scalars, cots, grads, "vjp", rng) == 3
+    _JaxGradient(case, ref, arrays, scalars, sizes, cots, ["x0"]).check(grads, "vjp")
+    small = {"y0": np.zeros(arrays["y0"].shape), "result": 0.9}
+    grads = vjp_of(small)
+    assert _check_fd(case, ck, arrays, scalars, small, grads, "vjp", rng) == 0
+    with pytest.raises(Mismatch, match="central finite difference"):
+        _check_fd(case, ck, arrays, scalars, small, {"x0": grads["x0"] * 1.01}, "vjp", rng)
 
 
 def _running(pid: int) -> bool:
