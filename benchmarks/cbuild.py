@@ -2,7 +2,7 @@
 
 Like polyad's runtime (polyad/runtime/toolchain.py and loader.py): the C is
 compiled with polyad's flags (``cc -O3 -march=native -fopenmp -shared -fPIC
--std=c99 -ffp-contract=fast -mprefer-vector-width=512`` on x86-64) into a
+-std=c99 -ffp-contract=fast -fno-trapping-math -mprefer-vector-width=512`` on x86-64) into a
 content-hash named shared library (cached under ``benchmarks/_build/``,
 written atomically) and loaded in cffi ABI mode (``ffi.dlopen``).
 """

@@ -187,9 +187,15 @@ def make_torch_compile(kernel: str, inputs: tuple, wrt_index: tuple):
     the autograd gradient, each compiled as one function (the compiler that blocks
     channels into registers and vectorizes the conv layer). The first call of each
     compiles (tens of seconds here). When ``torch.compile`` itself fails, both are the
-    reason as text (``n/a (...)``), so the row says why instead of stopping the run."""
+    reason as text (``n/a (...)``), so the row says why instead of stopping the run.
+
+    Dynamo's caches are emptied first: every case compiles the same ``forward`` and
+    ``gradient`` code, and past ``torch._dynamo.config.recompile_limit`` (8) compiled
+    versions of one code object dynamo runs it eagerly with only a warning (the full
+    run's ninth case on: its 4096² "torch.compile" rows timed eager PyTorch)."""
     import numpy as np
     torch = _torch
+    torch._dynamo.reset()
     cost = _torch_costs()[kernel]
     args = [torch.from_numpy(a) if isinstance(a, np.ndarray) else a for a in inputs]
 

@@ -47,14 +47,25 @@ def contraction_flag(deterministic: bool) -> str:
     return "-ffp-contract=off" if deterministic else "-ffp-contract=fast"
 
 
+# The generated C never reads the floating-point exception flags, so the C compiler may
+# compute an operation whose result a selection then discards: a loop with a selection
+# (a ReLU's derivative, ``d_r * (s >= 0 ? 1 : 0)``) vectorizes with blends on machines
+# without masked vector operations (AVX2). Without it gcc kept the conv layer's gradient
+# loops of the selection scalar, with a branch per element: the whole gradient took 1.3 to
+# 1.6 times as long on an AVX2 machine. The values are IEEE's either way (the flag allows
+# no reassociation, no contraction and no assumption about NaNs or infinities).
+NO_TRAPS_FLAG = "-fno-trapping-math"
+
+
 def arithmetic_flags(deterministic: bool) -> tuple[str, ...]:
     """The flags that let the C compiler use the machine's arithmetic fully: the
-    ``contraction_flag`` and, on x86-64, ``-mprefer-vector-width=512`` (gcc prefers
-    256-bit vectors on AVX-512 machines). With both, the benchmarks' gradients took
-    0.84-1.03 of their time and the hand-written C's 0.78-1.10, in runs whose noise is
-    about 10 % (benchmarks/README.md, "Issue 10, eighth round")."""
+    ``contraction_flag``, ``NO_TRAPS_FLAG`` and, on x86-64, ``-mprefer-vector-width=512``
+    (gcc prefers 256-bit vectors on AVX-512 machines). With the first and the last, the
+    benchmarks' gradients took 0.84-1.03 of their time and the hand-written C's
+    0.78-1.10, in runs whose noise is about 10 % (benchmarks/README.md, "Issue 10,
+    eighth round")."""
     wide = ("-mprefer-vector-width=512",) if platform.machine() in ("x86_64", "AMD64") else ()
-    return (contraction_flag(deterministic),) + wide
+    return (contraction_flag(deterministic), NO_TRAPS_FLAG) + wide
 
 
 def cache_dir() -> Path:
