@@ -701,14 +701,13 @@ def check_bounds(kernel: ir.Kernel, model: PolyModel,
                 bad = acc_map.intersect_range(model.outside_dimension(ld.array, d)).domain()
                 if bad.is_empty():
                     continue
-                access = f"{ld.array}[{', '.join(ir.expr_str(i) for i in ld.index)}]"
+                name = kernel.shown_name(ld.array)
                 bad_sizes = bad.params().coalesce()
                 if at.mode is None and _persists_for_large_sizes(bad_sizes, model):
-                    raise _bounds_error(kernel, st, ld, verb, d, bad, model, access)
+                    raise _bounds_error(kernel, st, ld, verb, d, bad, model, name)
                 # Out of bounds only for finitely many (small) sizes: a call-time check.
                 shown = _as_written(ld, written, written_statements.get(
                     st.origin[-1].parent if st.origin else st.name))
-                name = kernel.shown_name(ld.array)
                 shown_index = ", ".join(ir.expr_str(i) for i in shown.index)
                 why = (f"the {at.mode} access {name}[{shown_index}] at line {st.line} "
                        f"needs the size of dimension {d} of {name!r} ({ir.expr_str(ext)}) "
@@ -758,7 +757,9 @@ def _persists_for_large_sizes(bad_sizes: isl.Set, model: PolyModel) -> bool:
     return not bad_sizes.intersect(big).is_empty()
 
 
-def _bounds_error(kernel, st, ld, verb, d, bad: isl.Set, model: PolyModel, access: str):
+def _bounds_error(kernel, st, ld, verb, d, bad: isl.Set, model: PolyModel, name: str):
+    """The BoundsError of access ``ld`` of ``st`` outside dimension ``d`` at a point of
+    ``bad``; ``name``: the array's name in messages (``Kernel.shown_name``)."""
     pt = bad.sample_point()
     dsl_params = list(kernel.sizes) + list(kernel.int_params)  # model.params, unmangled
     env = {p: pt.get_coordinate_val(isl.dim_type.param, k).to_python()
@@ -772,18 +773,19 @@ def _bounds_error(kernel, st, ld, verb, d, bad: isl.Set, model: PolyModel, acces
                     if any(isinstance(x, ir.ScalarRef) and x.name == p
                            for x in ir.walk(ld.index[d]))]
     sizes = ", ".join(f"{s} = {env[s]}" for s in (*kernel.sizes, *index_params))
-    msg = (f"{access} {verb} {ld.array}[{', '.join(map(str, idx))}] at {where}"
-           f"{' when ' + sizes if sizes else ''}, outside dimension {d} of {ld.array!r} "
+    access = f"{name}[{', '.join(ir.expr_str(i) for i in ld.index)}]"
+    msg = (f"{access} {verb} {name}[{', '.join(map(str, idx))}] at {where}"
+           f"{' when ' + sizes if sizes else ''}, outside dimension {d} of {name!r} "
            f"(extent {ir.expr_str(kernel.array_type(ld.array).shape[d])} = {ext})")
     mode = f"pa.{kernel.array_type(ld.array)}.clamped"
     if index_params:
         names = ", ".join(repr(p) for p in index_params)
         hint = (f"the index depends on the integer parameter(s) {names}, which a caller may set "
                 f"to any value, so polyad cannot prove the access in bounds: declare a boundary "
-                f"mode on {ld.array!r}, such as {mode} (an index outside is clamped; .zero reads 0 "
+                f"mode on {name!r}, such as {mode} (an index outside is clamped; .zero reads 0 "
                 f"and drops writes), or index with loop variables and sizes only")
     else:
-        hint = (f"declare a boundary mode on {ld.array!r}, such as {mode} (or .zero, .circular, "
+        hint = (f"declare a boundary mode on {name!r}, such as {mode} (or .zero, .circular, "
                 f".mirror), or shrink the loop bounds")
     return BoundsError(msg, kernel.filename, st.line, 0, hint)
 

@@ -307,6 +307,28 @@ def test_a_derivatives_size_requirement_names_the_array_the_caller_passes():
     np.testing.assert_array_equal(z, [2.0, 1.0, 2.0, 3.0])  # z[-2] is z[2], z[-1] is z[1]
 
 
+@pa.kernel
+def read_past_in_place(x: pa.f64[N], z: pa.f64[N]):
+    for i in range(N):
+        z[i] = z[i + 1] * x[i]
+
+
+def test_a_derivatives_bounds_error_names_the_array_the_caller_passes():
+    """An access out of bounds at every size, reached first through a vjp (the primal never
+    compiled): the error and its hint name the in-out array ``z``, not the vjp's working
+    copy, and read as the primal's do."""
+    v = pa.vjp(read_past_in_place, wrt=["x", "z"])
+    with pytest.raises(pa.BoundsError) as derived:
+        v(np.ones(3), np.ones(3), z_bar=np.ones(3))
+    with pytest.raises(pa.BoundsError) as primal:
+        read_past_in_place(np.ones(3), np.ones(3))
+    first_lines = [str(e.value).splitlines()[:2] for e in (derived, primal)]
+    assert first_lines[0] == first_lines[1], first_lines
+    assert "z[i + 1] reads z[1] at i = 0 when N = 1, outside dimension 0 of 'z'" \
+        in first_lines[0][0]
+    assert "declare a boundary mode on 'z'" in first_lines[0][1]
+
+
 def test_compiled_size_conditions_agree_with_isl():
     """The Python predicate made from the size conditions decides as ISL does."""
     for kernel in (wrap3, taps2d):
