@@ -445,19 +445,20 @@ def _check_fd(case, ck, arrays, scalars, cots, grads, stage, rng, directions=3,
     result that changes by 1e-6, so both differences were exactly 0). A difference that
     has converged and still misses the vjp's is a mismatch."""
     wrt = list(grads)
-    unit_roundoff = float(np.finfo(np.float64).eps)
-    magnitude = [0.0]  # the largest sum of the objective's terms' magnitudes seen
 
     def F(shift):
         a = {n: (arrays[n] + shift[n] if n in shift and n in arrays else arrays[n])
              for n in arrays}
         s = {n: (scalars[n] + float(shift[n]) if n in shift and n in scalars else scalars[n])
              for n in scalars}
-        got = call_compiled(ck, case, a, s)
-        magnitude[0] = max(magnitude[0], _objective(
-            {n: np.abs(np.asarray(got[n], np.float64)) for n in cots},
-            {n: np.abs(c) for n, c in cots.items()}))
-        return _objective(got, cots)
+        return _objective(call_compiled(ck, case, a, s), cots)
+
+    # how far rounding can move a difference: a few units of rounding of each of the
+    # objective's terms (their magnitudes at the point; a step barely changes them)
+    at_point = call_compiled(ck, case, arrays, scalars)
+    rounding = 100 * float(np.finfo(np.float64).eps) / eps * _objective(
+        {n: np.abs(np.asarray(at_point[n], np.float64)) for n in cots},
+        {n: np.abs(c) for n, c in cots.items()})
 
     def difference(d, step):
         return (F({n: step * d[n] for n in wrt}) - F({n: -step * d[n] for n in wrt})) \
@@ -471,9 +472,7 @@ def _check_fd(case, ck, arrays, scalars, cots, grads, stage, rng, directions=3,
         tol = 1e-5 * (1.0 + sum(float(np.sum(np.abs(grads[n] * d[n]))) for n in wrt))
         if not abs(fd - ad) > tol:  # (a NaN on either side judges nothing)
             continue
-        # the rounding of the objective's terms, a few units each, bounds how far it moves
-        # the difference; a gap it could explain is not judged by the difference
-        if 100 * magnitude[0] * unit_roundoff / eps > abs(fd - ad):
+        if rounding > abs(fd - ad):  # a gap rounding could explain judges nothing
             unjudged += 1
             continue
         finer = difference(d, eps / 10)
