@@ -77,3 +77,28 @@ def test_report_shares_of_the_triad(tmp_path):
     proc = subprocess.run([sys.executable, "-c", REPORT_SCRIPT], env=env, capture_output=True,
                           text=True, timeout=300)
     assert proc.returncode == 0 and "REPORT-OK" in proc.stdout, proc.stdout + proc.stderr
+
+
+def _run_flags(tmp_path, *args):
+    env = dict(os.environ, POLYAD_CACHE_DIR=str(tmp_path / "cache"))
+    env["PYTHONPATH"] = os.pathsep.join([REPO_ROOT] + ([env["PYTHONPATH"]]
+                                                       if env.get("PYTHONPATH") else []))
+    return subprocess.run([sys.executable, os.path.join(REPO_ROOT, "benchmarks", "flags.py"),
+                           *args], env=env, capture_output=True, text=True, timeout=300)
+
+
+def test_flags_compares_builds_that_agree_and_refuses_flags_it_cannot_change(tmp_path):
+    """``benchmarks/flags.py`` builds the TV kernel and gradient with and without
+    ``-fno-trapping-math``, finds their results bit-identical and prints one row; a flag
+    polyad does not pass, or no change at all, is refused with a message."""
+    proc = _run_flags(tmp_path, "--without=-fno-trapping-math", "--bench", "tv", "--sizes",
+                      "64", "--dtype", "f64", "--rounds", "1")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "changed: without -fno-trapping-math" in proc.stdout
+    assert "results differ" not in proc.stdout, proc.stdout
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("tv 64x64 f64")]
+    assert len(rows) == 1 and len(rows[0].split()) == 9, proc.stdout
+    refused = _run_flags(tmp_path, "--without=-O3")
+    assert refused.returncode == 2 and "not among polyad's arithmetic flags" in refused.stderr
+    nothing = _run_flags(tmp_path)
+    assert nothing.returncode == 2 and "name a flag to leave out" in nothing.stderr
