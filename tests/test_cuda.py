@@ -121,6 +121,34 @@ def test_simulator_matches_the_interpreter(simulated, name):
     assert_matches_reference(name, simulated[name])
 
 
+def test_simulator_builds_read_the_precompiled_runtime_header(tmp_path, monkeypatch):
+    """A cuda-sim build includes polyad_cuda.h precompiled (built once per cache
+    directory): g++'s -H marks a precompiled header it used with '!'. The header's
+    flags must stay those of the builds, or g++ silently parses the header again.
+    ``polyad cache clear`` removes it."""
+    from polyad.runtime import toolchain
+    monkeypatch.setenv("POLYAD_CACHE_DIR", str(tmp_path))
+    if "GCC" not in subprocess.run([toolchain.cxx_compiler(), "-dM", "-E", "-x", "c++",
+                                    "/dev/null"], capture_output=True, text=True).stdout:
+        pytest.skip("precompiled headers are looked up by g++ only")
+    kernel = pa.Kernel(ir_kernel=tv_cost.ir)  # compiled afresh, into this cache directory
+    fn = pa.compile(kernel, target="cuda-sim")
+    (pch,) = tmp_path.glob("pch_*")
+    assert [p.name for p in pch.iterdir()] == ["polyad_cuda.h.gch"]
+    (src,) = tmp_path.glob("tv_cost_sim_*.cu")
+    assert src.read_text() == fn.source
+    cxx = toolchain.cxx_compiler()
+    proc = subprocess.run([cxx, *toolchain.SIM_FLAGS, f"-I{pch}", f"-I{CUDA_INCLUDE}", "-H",
+                           "-fsyntax-only", str(src)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.splitlines()[0] == f"! {pch / 'polyad_cuda.h.gch'}", proc.stderr[:500]
+    assert pch / "polyad_cuda.h.gch" in toolchain.cache_files()
+    toolchain.clear_cache()
+    assert not list(tmp_path.glob("pch_*"))
+    pa.compile(kernel, target="cuda-sim", deterministic=True)
+    assert list(tmp_path.glob("pch_*/polyad_cuda.h.gch"))  # built again after the clear
+
+
 # ---------------------------------------------------------------------------
 # the plan: block reductions, shared-memory privatization, atomics
 # ---------------------------------------------------------------------------

@@ -274,9 +274,53 @@ def compile_cuda(source: str, name: str, arch: str) -> Path:
 def compile_cuda_sim(source: str, name: str) -> Path:
     """Compile CUDA C ``source`` for the CPU simulator with the C++ compiler, cached."""
     cxx = cxx_compiler()
-    cmd = [cxx, *SIM_FLAGS, f"-I{CUDA_INCLUDE}"]
-    return _cached_build(source, name + "_sim", ".cu", cmd, ["-lm"],
-                         _compiler_identity(cxx) + _headers_identity())
+    identity = _compiler_identity(cxx) + _headers_identity()
+    pch = _simulator_pch_dir(cxx, identity)
+    cmd = [cxx, *SIM_FLAGS, *([f"-I{pch}"] if pch else []), f"-I{CUDA_INCLUDE}"]
+    return _cached_build(source, name + "_sim", ".cu", cmd, ["-lm"], identity)
+
+
+# The precompiled runtime header of the simulator's builds: a directory ``pch_KEY`` of
+# the cache holding ``polyad_cuda.h.gch``. In C++, polyad_cuda.h's <math.h> brings in
+# <cmath>, about 20 000 lines that took 0.3 of the 0.4 s g++ spent on a one-line kernel;
+# with the precompiled header it took 0.12 s (the CUDA corpora's 123 simulator builds:
+# 62 -> 33 s of g++). g++ looks for ``polyad_cuda.h.gch`` in each include directory
+# before ``polyad_cuda.h`` and uses it only where it was built with the same compiler
+# and flags; otherwise (another compiler, clang) it reads the header itself, so a stale
+# or foreign file costs time, never a wrong build.
+PCH_HEADER = "polyad_cuda.h"
+_PCH_DIR = re.compile(r"pch_[0-9a-f]{24}")
+
+
+def _simulator_pch_dir(cxx: str, identity: str) -> Optional[Path]:
+    """The cache's directory holding the simulator's precompiled ``polyad_cuda.h``
+    for ``cxx`` (built there once, atomically), or None where ``cxx`` cannot build it."""
+    flags = [f for f in SIM_FLAGS if f not in ("-shared", "-x", "c++")]
+    key = hashlib.sha256("\0".join([identity, cxx, *flags]).encode()).hexdigest()[:24]
+    return _built_pch(cache_dir() / f"pch_{key}", (cxx, *flags))
+
+
+@functools.lru_cache(maxsize=None)
+def _built_pch(directory: Path, cmd_head: tuple) -> Optional[Path]:
+    gch = directory / f"{PCH_HEADER}.gch"
+    if gch.exists():
+        return directory
+    directory.mkdir(exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{PCH_HEADER}.", suffix=".gch", dir=directory)
+    os.close(fd)
+    cmd = [*cmd_head, "-x", "c++-header", f"-I{CUDA_INCLUDE}", str(CUDA_INCLUDE / PCH_HEADER),
+           "-o", tmp]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=_compiler_environment())
+    except OSError:
+        proc = None
+    if proc is None or proc.returncode != 0:
+        os.unlink(tmp)
+        log.info("no precompiled header for the simulator: %s failed%s", " ".join(cmd),
+                 f": {proc.stderr.strip()[:500]}" if proc is not None else "")
+        return None
+    os.replace(tmp, gch)
+    return directory
 
 
 def _cached_build(source: str, name: str, suffix: str, cmd_head: list, libs: list,
@@ -421,15 +465,23 @@ def write_cached(name: str, key: str, suffix: str, data: bytes) -> Path:
 # (.NAME_<random>.c/.so/.pipeline from mkstemp).
 CACHE_LEVELS = {".pipeline": "pipeline results (IR -> schedule -> source)",
                 ".c": "generated sources", ".cu": "generated CUDA sources",
-                ".so": "compiled libraries"}
+                ".so": "compiled libraries",
+                ".gch": "precompiled headers (the CUDA simulator's)"}
 _CACHE_FILE = re.compile(r"(?:.+_[0-9a-f]{24}|\..+_[a-z0-9_]{8})\.(?:c|cu|so|pipeline|id)")
 
 
 def cache_files() -> list[Path]:
-    """polyad's files in the cache directory (other files there are not polyad's)."""
+    """polyad's files in the cache directory (other files there are not polyad's),
+    with the precompiled headers in its ``pch_KEY`` directories."""
     directory = cache_dir()
-    return sorted(p for p in directory.iterdir()
-                  if p.is_file() and _CACHE_FILE.fullmatch(p.name))
+    found = []
+    for p in directory.iterdir():
+        if p.is_file() and _CACHE_FILE.fullmatch(p.name):
+            found.append(p)
+        elif p.is_dir() and _PCH_DIR.fullmatch(p.name):
+            found += [f for f in p.iterdir() if f.is_file() and f.name.startswith(
+                (PCH_HEADER, f".{PCH_HEADER}.")) and f.name.endswith(".gch")]
+    return sorted(found)
 
 
 def clear_cache() -> tuple[int, int]:
@@ -447,5 +499,9 @@ def clear_cache() -> tuple[int, int]:
             continue
         count += 1
         size += n
+    for path in cache_dir().iterdir():
+        if path.is_dir() and _PCH_DIR.fullmatch(path.name):
+            shutil.rmtree(path, ignore_errors=True)
+    _built_pch.cache_clear()
     log.debug("cleared %d files (%d bytes) from %s", count, size, cache_dir())
     return count, size
