@@ -622,8 +622,12 @@ def test_sums_along_a_row_are_blocked_over_the_loop_whose_copies_share_reads(
     else:
         assert len(blocked) == 12 and sorted(st.origin[-1].index for st in blocked) \
             == [0] * 3 + [1] * 3 + [2] * 3 + [3] * 3
-        assert all(st.loops[1].var == "k" and st.loops[1].step == 4
+        # the blocked loop reaches ISL over its iteration numbers (no existential variable)
+        assert all(st.loops[1].var == "k_iter" and st.loops[1].step == 1
                    and st.loops[-1].var == "n" for st in blocked)
+        assert any("4 * k_iter + 3, n]" in ir.expr_str(ld) for st in blocked
+                   for ld in ir.loads(st.expr))
+        assert "loop k (step 4, line " in "; ".join(sk.schedule_decisions)
         assert "loop k blocked by 4 into the loop n (4 values of k per pass over the row, " \
                "each read of x[b, c, n - 1], x[b, c, n], x[b, c, n + 1] used 4 times" in text
         assert ("sums moved out of the body of loop k into a loop of their own" in text) \
@@ -657,8 +661,28 @@ def test_a_blocked_loop_keeps_its_sums_in_registers():
            "by 2 into the loop v" in text
     assert "per-lane partial sums: 16 lanes" in text
     src = grad.source
-    assert "for (int64_t co = 0; co < (CO - 1); co += 2) {" in src
-    assert "d_w[(((co + 1) * CI + ci) * 3 + 2) * 3 + 2] += d_w_lanes18[0];" in src
+    assert "for (int64_t co_iter = 0; co_iter < pa_ifloord(CO, 2); co_iter++) {" in src
+    assert "d_w[(((2 * co_iter + 1) * CI + ci) * 3 + 2) * 3 + 2] += d_w_lanes18[0];" in src
+
+
+def test_blocked_loops_reach_isl_without_existential_variables(monkeypatch):
+    """A loop blocked by 2 steps by 2, which ISL writes with a ``mod`` constraint (an
+    existential variable in every set of its statements; their AST build is probed in a
+    forked child, poly.strided_ast_build_crashes). It reaches ISL over its iteration
+    numbers instead (strides.unit_stride_loops, run again after the loop-order passes):
+    no existential variable, no fork, and explain says so."""
+    from polyad import poly
+    from polyad.pipeline import compile_kernel
+    forks = []
+    monkeypatch.setattr(poly, "text_within_seconds",
+                        lambda compute, seconds: forks.append(seconds) or (compute(), ""))
+    artifact = compile_kernel(pa.grad(conv_cost, wrt=["w", "x"]).ir, Options())
+    sk = artifact.scheduled
+    assert any(st.origin and st.origin[-1].kind == "block" for st in sk.kernel.statements)
+    assert not poly._has_existentials(sk.schedule.get_domain()) and forks == []
+    assert any(d.startswith("loop co (step 2, line ") and d.endswith(
+        "runs over its iteration numbers co_iter: co = 2 * co_iter")
+        for d in sk.schedule_decisions), sk.schedule_decisions
 
 
 @pytest.mark.parametrize("wrt", [["w", "x"], ["x"], ["w"]])

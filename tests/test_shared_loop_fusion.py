@@ -79,10 +79,10 @@ def test_conv_gradient_runs_in_one_nest():
     assert sk.kernel.caller_temps == ()
     # the d_w sums run in the iteration of (b, h) that wrote the rows of d_s they read,
     # in a loop over co right after the one writing them (blocked by 2 output channels:
-    # loop_order.block_sums_in_registers)
+    # loop_order.block_sums_in_registers, then over co's iteration numbers)
     d_w = [st for st in gradient if st.target_name == "d_w"]
     after = sums[0].position[:2] + (sums[0].position[2] + 1,)
-    assert all(st.position[:3] == after and st.loops[2].var == "co" for st in d_w)
+    assert all(st.position[:3] == after and st.loops[2].var == "co_iter" for st in d_w)
     # not for CUDA, whose threads run single iterations
     assert _fusions(pa.grad(conv_cost, wrt=["w", "x"]), "cuda")[1] == []
 
