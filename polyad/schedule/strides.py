@@ -24,10 +24,12 @@ iterations without one. (Conditions such as ``i % 2 == 0``, and the gathers that
 Legality: a bijection between the old and new iterations, the same order (``i_iter``
 moves one way as ``i`` moves by ``s``), and every expression of
 ``i`` rewritten by substitution: the statements run the same instances in the same
-order on the same elements. The step is +-1 after it, so no later pass sees a stride.
+order on the same elements. The step is +-1 after it.
 
 It runs after the bounds proof of the program as written, whose messages name the
-DSL's loop variables.
+DSL's loop variables, and again after the loop-order passes, whose register blocking
+steps a loop by 2 or 4 (``loop_order.block_sums_in_registers``): the passes between
+see the DSL's loops and their own blocked loops as loops of a step, ISL sees neither.
 """
 
 from __future__ import annotations
