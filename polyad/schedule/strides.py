@@ -28,8 +28,8 @@ order on the same elements. The step is +-1 after it.
 
 It runs after the bounds proof of the program as written, whose messages name the
 DSL's loop variables, and again after the loop-order passes, whose register blocking
-steps a loop by 2 or 4 (``loop_order.block_sums_in_registers``): the passes between
-see the DSL's loops and their own blocked loops as loops of a step, ISL sees neither.
+steps a loop by 2 or 4 (``loop_order.block_sums_in_registers``): those passes see
+their blocked loops as loops of a step, ISL sees no step other than +-1.
 """
 
 from __future__ import annotations
