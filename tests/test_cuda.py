@@ -149,6 +149,30 @@ def test_simulator_builds_read_the_precompiled_runtime_header(tmp_path, monkeypa
     assert list(tmp_path.glob("pch_*/polyad_cuda.h.gch"))  # built again after the clear
 
 
+def test_simulator_builds_without_a_precompiled_header_where_the_compiler_makes_none(
+        tmp_path, monkeypatch):
+    """A C++ compiler that cannot precompile the header (here a wrapper that refuses
+    ``-x c++-header``) leaves no .gch behind; the builds read the header itself."""
+    from polyad.runtime import toolchain
+    wrapper = tmp_path / "cxx"
+    wrapper.write_text('#!/bin/sh\ncase " $* " in *" c++-header "*) echo "no headers" >&2; '
+                       f'exit 1;; esac\nexec {toolchain.cxx_compiler()} "$@"\n')
+    wrapper.chmod(0o755)
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("POLYAD_CACHE_DIR", str(cache))
+    monkeypatch.setenv("CXX", str(wrapper))
+    toolchain.cxx_compiler.cache_clear()
+    try:
+        fn = pa.compile(pa.Kernel(ir_kernel=tv_cost.ir), target="cuda-sim")
+    finally:
+        monkeypatch.delenv("CXX")
+        toolchain.cxx_compiler.cache_clear()
+    assert not list(cache.glob("pch_*/*.gch")) and not list(cache.glob("pch_*/.*"))
+    rng = np.random.default_rng(0)
+    g, b = rng.standard_normal((5, 6)), rng.standard_normal((5, 6))
+    np.testing.assert_allclose(fn(g, b, 0.3), tv_cost(g, b, 0.3), rtol=1e-12)
+
+
 # ---------------------------------------------------------------------------
 # the plan: block reductions, shared-memory privatization, atomics
 # ---------------------------------------------------------------------------

@@ -305,22 +305,25 @@ def _built_pch(directory: Path, cmd_head: tuple) -> Optional[Path]:
     gch = directory / f"{PCH_HEADER}.gch"
     if gch.exists():
         return directory
-    directory.mkdir(exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{PCH_HEADER}.", suffix=".gch", dir=directory)
-    os.close(fd)
-    cmd = [*cmd_head, "-x", "c++-header", f"-I{CUDA_INCLUDE}", str(CUDA_INCLUDE / PCH_HEADER),
-           "-o", tmp]
+    tmp = None
     try:
+        directory.mkdir(exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{PCH_HEADER}.", suffix=".gch", dir=directory)
+        os.close(fd)
+        cmd = [*cmd_head, "-x", "c++-header", f"-I{CUDA_INCLUDE}",
+               str(CUDA_INCLUDE / PCH_HEADER), "-o", tmp]
         proc = subprocess.run(cmd, capture_output=True, text=True, env=_compiler_environment())
-    except OSError:
-        proc = None
-    if proc is None or proc.returncode != 0:
+        if proc.returncode == 0:
+            os.replace(tmp, gch)
+            return directory
+        why = f"{' '.join(cmd)} failed: {proc.stderr.strip()[:500]}"
+    except OSError as exc:  # a full disk, a compiler that does not start
+        why = str(exc)
+    if tmp is not None and os.path.exists(tmp):
         os.unlink(tmp)
-        log.info("no precompiled header for the simulator: %s failed%s", " ".join(cmd),
-                 f": {proc.stderr.strip()[:500]}" if proc is not None else "")
-        return None
-    os.replace(tmp, gch)
-    return directory
+    # the builds read the header itself, as without a precompiled one
+    log.info("no precompiled header for the simulator: %s", why)
+    return None
 
 
 def _cached_build(source: str, name: str, suffix: str, cmd_head: list, libs: list,
