@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -75,16 +74,12 @@ def time_case(case: suite.Case, changed_flags, rounds: int) -> dict:
         np.array_equal(a, b) for a, b in zip(grad_of(g0), grad_of(g1)))
     if not same:
         print(f"  {case.bench} {case.shape} {case.dtype}: the builds' results differ")
-    times = {name: ([], []) for name in built}
-    for _ in range(rounds):
-        for name, (f, g) in built.items():
-            t = time.perf_counter()
-            f(*case.inputs)
-            times[name][0].append(time.perf_counter() - t)
-            t = time.perf_counter()
-            g(*case.inputs, **outputs)
-            times[name][1].append(time.perf_counter() - t)
-    return {name: (float(np.median(f)), float(np.median(g))) for name, (f, g) in times.items()}
+    calls = {}
+    for name, (f, g) in built.items():
+        calls[name, "forward"] = lambda f=f: f(*case.inputs)
+        calls[name, "gradient"] = lambda g=g: g(*case.inputs, **outputs)
+    times = suite.Timer(rounds, budget_s=float("inf")).run(calls)
+    return {name: (times[name, "forward"][0], times[name, "gradient"][0]) for name in built}
 
 
 def main(argv=None) -> None:

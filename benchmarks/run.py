@@ -66,33 +66,8 @@ ERR_TOL_GRAD = {"f64": 1e-9, "f32": 1e-3}
 
 
 # ---------------------------------------------------------------------------
-# timing
+# errors (the timing: suite.Timer)
 # ---------------------------------------------------------------------------
-
-class Timer:
-    """Median of interleaved repeats: round r times every callable once, in turn, so
-    that the machine's background noise hits all contenders alike."""
-
-    def __init__(self, repeats: int, budget_s: float, min_repeats: int = 3, stat: str = "median"):
-        self.repeats = repeats
-        self.budget_s = budget_s
-        self.min_repeats = min_repeats
-        self.stat = {"median": np.median, "min": np.min}[stat]
-
-    def run(self, calls: dict) -> dict:
-        samples = {k: [] for k in calls}
-        spent = {k: 0.0 for k in calls}
-        for _ in range(self.repeats):
-            for k, fn in calls.items():
-                if len(samples[k]) >= self.min_repeats and spent[k] > self.budget_s:
-                    continue
-                t = time.perf_counter()
-                fn()
-                dt = time.perf_counter() - t
-                samples[k].append(dt)
-                spent[k] += dt
-        return {k: (float(self.stat(v)), len(v)) for k, v in samples.items()}
-
 
 def rel_err(a, ref) -> float:
     """Relative L2 error ||a - ref|| / ||ref||; for tuples of gradients, the worst of them.
@@ -207,7 +182,7 @@ def error_text(exc: Exception, limit: int = 160) -> str:
 # one case
 # ---------------------------------------------------------------------------
 
-def run_case(case: suite.Case, timer: Timer, args) -> dict:
+def run_case(case: suite.Case, timer: suite.Timer, args) -> dict:
     impls = suite.implementations(case, with_jax=not args.no_jax, with_torch=not args.no_torch,
                                   with_torch_compile=not args.no_torch_compile)
     ref_cost, ref_grad = suite.reference_results(case)
@@ -541,7 +516,7 @@ def main(argv=None) -> int:
 
     sizes = args.sizes or ([1024] if args.quick else [2048, 4096])
     repeats = args.repeats or (9 if args.quick else 15)
-    timer = Timer(repeats, budget_s=0.4 if args.quick else 3.0, stat=args.stat)
+    timer = suite.Timer(repeats, budget_s=0.4 if args.quick else 3.0, stat=args.stat)
     if not args.no_torch:
         frameworks.torch_available(threads=os.cpu_count() or 1)
 

@@ -9,6 +9,7 @@ contender has no such entry (``"n/a (AD not available)"``).
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Union
 
@@ -49,6 +50,31 @@ def conv_hw(size: int) -> int:
 def cube_edge(size: int) -> int:
     """Edge of the 3-D grid with about size*size points."""
     return max(1, round(size ** (2.0 / 3.0)))
+
+
+class Timer:
+    """Median of interleaved repeats: round r times every callable once, in turn, so
+    that the machine's background noise hits all contenders alike."""
+
+    def __init__(self, repeats: int, budget_s: float, min_repeats: int = 3, stat: str = "median"):
+        self.repeats = repeats
+        self.budget_s = budget_s
+        self.min_repeats = min_repeats
+        self.stat = {"median": np.median, "min": np.min}[stat]
+
+    def run(self, calls: dict) -> dict:
+        samples = {k: [] for k in calls}
+        spent = {k: 0.0 for k in calls}
+        for _ in range(self.repeats):
+            for k, fn in calls.items():
+                if len(samples[k]) >= self.min_repeats and spent[k] > self.budget_s:
+                    continue
+                t = time.perf_counter()
+                fn()
+                dt = time.perf_counter() - t
+                samples[k].append(dt)
+                spent[k] += dt
+        return {k: (float(self.stat(v)), len(v)) for k, v in samples.items()}
 
 
 @dataclass
