@@ -296,12 +296,18 @@ def _simulator_pch_dir(cxx: str, identity: str) -> Optional[Path]:
     """The cache's directory holding the simulator's precompiled ``polyad_cuda.h``
     for ``cxx`` (built there once, atomically), or None where ``cxx`` cannot build it."""
     flags = [f for f in SIM_FLAGS if f not in ("-shared", "-x", "c++")]
-    key = hashlib.sha256("\0".join([identity, cxx, *flags]).encode()).hexdigest()[:24]
-    return _built_pch(cache_dir() / f"pch_{key}", (cxx, *flags))
+    return _built_pch(cache_dir() / f"pch_{_cache_key([identity, cxx, *flags])}", (cxx, *flags))
+
+
+def _cache_key(parts: list) -> str:
+    """The 24 hex digits that name a cache entry made from ``parts`` (texts)."""
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()[:24]
 
 
 @functools.lru_cache(maxsize=None)
 def _built_pch(directory: Path, cmd_head: tuple) -> Optional[Path]:
+    """``directory`` once ``PCH_HEADER`` is precompiled into it by ``cmd_head`` (the
+    compiler and the builds' flags), or None where that fails; remembered per process."""
     gch = directory / f"{PCH_HEADER}.gch"
     if gch.exists():
         return directory
@@ -331,7 +337,7 @@ def _cached_build(source: str, name: str, suffix: str, cmd_head: list, libs: lis
     """Build ``source`` with ``cmd_head ... -o LIB SRC libs`` into the cache (atomic rename);
     ``rebuild=True`` replaces an existing entry. ``units``: the same program as several
     sources (``translation_units``), compiled at once with ``-c`` and then linked."""
-    key = hashlib.sha256("\0".join([source, identity] + cmd_head).encode()).hexdigest()[:24]
+    key = _cache_key([source, identity, *cmd_head])
     directory = cache_dir()
     lib = directory / f"{name}_{key}.so"
     if lib.exists() and not rebuild:
