@@ -22,6 +22,7 @@ from .target import get_target
 from .report import explain
 from .runtime.loader import KernelFunction
 from .runtime.threads import num_threads
+from .schedule import machine
 from .tracebacks import filtered, is_internal, user_facing
 
 
@@ -112,16 +113,18 @@ class Kernel:
         self._default: Optional[KernelFunction] = None  # compile() with default options
 
     def artifact(self, options: Options = Options()) -> Artifact:
-        """The pipeline's result for ``options`` (scheduled, planned, emitted; cached)."""
-        key = options.source_options
+        """The pipeline's result for ``options`` (scheduled, planned, emitted; cached per
+        options and host: ``$POLYAD_VECTOR_UNIT`` may change between calls)."""
+        source_options, host = options.source_options, machine.host_key()
+        key = (source_options, host)
         if key not in self._artifacts:
-            family = schedule_family(get_target(key.target))
-            shared = next((a.scheduled for o, a in self._artifacts.items()
-                           if o.deterministic == key.deterministic and o.tile == key.tile
-                           and o.fuse == key.fuse
+            family = schedule_family(get_target(source_options.target))
+            shared = next((a.scheduled for (o, h), a in self._artifacts.items()
+                           if h == host and o.deterministic == source_options.deterministic
+                           and o.tile == source_options.tile and o.fuse == source_options.fuse
                            and schedule_family(a.target) == family), None)
             self._artifacts[key] = recent_artifact(
-                self.ir, key, lambda: compile_kernel(self.ir, key, shared))
+                self.ir, source_options, lambda: compile_kernel(self.ir, source_options, shared))
         return self._artifacts[key]
 
     @user_facing
@@ -129,7 +132,8 @@ class Kernel:
                 deterministic: bool = False, tile=None, fuse: Optional[bool] = None) -> KernelFunction:
         """Schedule, emit and compile (cached per option set); see ``pa.compile``."""
         options = Options(target, deterministic, sanitize, tile, fuse)
-        if options not in self._compiled:
+        key = (options, machine.host_key())
+        if key not in self._compiled:
             build = self._build(options)
             function = options.target_object.load(build, sanitize)
             if build.chunked_extents:
@@ -137,23 +141,25 @@ class Kernel:
                     build.chunked_extents,
                     lambda: self.compile(target, sanitize, deterministic, tile, fuse=False),
                     build.large_sizes)
-            self._compiled[options] = function
-        return self._compiled[options]
+            self._compiled[key] = function
+        return self._compiled[key]
 
     @property
     def source(self) -> str:
         """The generated OpenMP C source: the pipeline's output (from its cache, or made),
         without running the C compiler."""
         options = Options()
-        if options in self._compiled:
-            return self._compiled[options].source
+        compiled = self._compiled.get((options, machine.host_key()))
+        if compiled is not None:
+            return compiled.source
         return self._build(options).source
 
     def _build(self, options: Options):
         """The pipeline's ``Build`` for ``options``: from the pipeline cache, else from this
         kernel's artifact (made and kept by ``artifact`` on a miss, so that targets of one
         schedule family share a schedule)."""
-        return build_kernel(self.ir, options, self._artifacts.get(options.source_options),
+        return build_kernel(self.ir, options,
+                            self._artifacts.get((options.source_options, machine.host_key())),
                             lambda: self.artifact(options))
 
     def explain(self, format: str = "text", target: str = "openmp",

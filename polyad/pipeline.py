@@ -23,7 +23,7 @@ from .errors import ArgumentError
 from .progress import StageClock
 from .recent import Recent
 from .runtime import toolchain
-from .schedule import ScheduledKernel, schedule_kernel
+from .schedule import ScheduledKernel, machine, schedule_kernel
 from .target import TARGETS, get_target
 from .version import __version__ as POLYAD_VERSION
 
@@ -145,9 +145,10 @@ class Build:
 
 def pipeline_key(ir_kernel: ir.Kernel, options: Options) -> str:
     """The pipeline cache key: the kernel's IR (called functions and derivative rules
-    are part of it), the source-relevant options, the target and polyad's version."""
+    are part of it), the source-relevant options, the target, polyad's version and the
+    host the decisions were sized for (``machine.host_key``: its CPU, its vector unit)."""
     text = "\0".join((repr(ir_kernel), repr(options.source_options), POLYAD_VERSION,
-                      _package_digest()))
+                      _package_digest(), machine.host_key()))
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
@@ -241,7 +242,8 @@ def compile_kernel(ir_kernel: ir.Kernel, options: Options = Options(),
                 # tiles are for caches of threads that run whole loops (CUDA's threads
                 # run single iterations: its target schedules without them)
                 tile=options.tile if getattr(target, "unit_stride_schedule", False) else False,
-                fuse=options.fuse if getattr(target, "fuses_pipelines", False) else False)
+                fuse=options.fuse if getattr(target, "fuses_pipelines", False) else False,
+                vector_unit=machine.host_vector_unit())
     n = len(scheduled.kernel.statements)
     with clock.stage("plan", n), ir.internal_errors(f"planning ({options.target})", ir_kernel):
         plan = target.plan(scheduled, options)

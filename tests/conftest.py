@@ -15,6 +15,11 @@
   gradients (each 5-25 MB of ISL objects, 4-15 s to schedule).
 * ``tests/`` is put on ``sys.path`` so test modules can import the small numpy
   reference helpers in ``npref.py`` whatever pytest's import mode is.
+* ``POLYAD_VECTOR_UNIT`` is ``512x32`` (AVX-512's unit), set at import time for the
+  workers and the subprocesses alike: the schedules the tests assert (the conv
+  gradient's filter sums blocked over 2 output channels, 32 lanes of floats) do not
+  depend on the machine the suite runs on. The tests of other units set it themselves
+  (``tests/test_machine.py``).
 """
 
 import atexit
@@ -42,6 +47,7 @@ if not _CACHE_DIR or not os.path.isdir(_CACHE_DIR):
     os.environ[_SESSION_CACHE_VARIABLE] = _CACHE_DIR
     atexit.register(shutil.rmtree, _CACHE_DIR, ignore_errors=True)
 os.environ["POLYAD_CACHE_DIR"] = _CACHE_DIR
+os.environ["POLYAD_VECTOR_UNIT"] = "512x32"
 
 if _TESTS_DIR not in sys.path:
     sys.path.insert(0, _TESTS_DIR)

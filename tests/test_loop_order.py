@@ -653,7 +653,8 @@ def test_sums_along_a_row_are_blocked_over_the_loop_whose_copies_share_reads(
 
 def test_a_blocked_loop_keeps_its_sums_in_registers():
     """The sums of the conv layer's filter gradient run for 2 output channels per pass
-    over the row (9 taps: 18 sums, within SUM_REGISTERS) and one vector of lanes each."""
+    over the row (9 taps: 18 sums, within the 24 of AVX-512's registers that sums may take,
+    ``VectorUnit.sum_registers``; the suite runs with that unit) and one vector of lanes each."""
     grad = pa.grad(conv_cost32, wrt=["w", "x"])
     text = pa.explain(grad)
     assert "sums moved out of the body of loop co into a loop of their own after it (no " \

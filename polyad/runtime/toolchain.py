@@ -26,6 +26,7 @@ from typing import Optional
 
 from ..emit.c_openmp import UNIT_BEGIN, UNIT_END
 from ..errors import CompileError
+from ..schedule import machine
 
 log = logging.getLogger("polyad")
 
@@ -175,7 +176,10 @@ def compile_c(source: str, name: str, sanitize: str | None = None,
     cc = c_compiler()
     base = BASE_FLAGS if not sanitize else tuple(f for f in BASE_FLAGS if not f.startswith("-O"))
     flags = base + arithmetic_flags(deterministic) + (SANITIZE_FLAGS[sanitize] if sanitize else ())
-    return _cached_build(source, name, ".c", [cc, *flags], ["-lm"], _compiler_identity(cc),
+    # -march=native: the host's CPU is part of what was built (a library from another
+    # machine sharing the cache directory could stop on an illegal instruction here)
+    identity = f"{_compiler_identity(cc)}\0{machine.cpu_fingerprint()}"
+    return _cached_build(source, name, ".c", [cc, *flags], ["-lm"], identity,
                          rebuild, translation_units(source, compile_jobs()))
 
 

@@ -16,7 +16,7 @@ import islpy as isl
 
 from .. import ir
 from ..progress import StageClock
-from . import nests
+from . import machine, nests
 from .cleanup import (assign_first_updates, drop_zero_updates, forward_copies,
                       fuse_independent_nests, fuse_zero_initialization, remove_dead_statements,
                       updates_in_place)
@@ -29,6 +29,7 @@ from .split import split_conflicting_instances
 from .strides import unit_stride_loops
 from .tiling import tile_schedule
 from .locality import has_strided_inner_loop, strided_inner_accesses, unit_stride_bands
+from .machine import VectorUnit
 from .loop_order import (add_decisions, block_sum_rows_in_registers, block_sums_in_registers,
                          expand_reduction_rows, interchange_for_reuse, jam_small_loops,
                          unit_stride_innermost)
@@ -117,6 +118,8 @@ class ScheduleCandidate:
     # where the AST was checked for it (one loop nest per band): a dependence some loop of
     # the AST runs backwards, else "" (``_LoopAnalysis.backward_dependence``)
     runs_backwards: str = ""
+    # the vector unit the kernel's register-resident sums are sized for (``machine``)
+    vector_unit: Optional[VectorUnit] = None
 
 
 @dataclass
@@ -142,6 +145,9 @@ class ScheduledKernel:
     chunked_extents: tuple = ()
     # ((size, bound), ...): the AST's versions for large and small sizes (ScheduleCandidate)
     large_sizes: tuple = ()
+    # the vector unit the register-resident sums were sized for (``machine``; always set
+    # by ``schedule_kernel``): the target's plan sizes its lanes of partial sums for it
+    vector_unit: Optional[VectorUnit] = None
 
     def statement(self, name: str) -> ir.Statement:
         return self._by_name[name]
@@ -472,7 +478,8 @@ def schedule_kernel(kernel: ir.Kernel,
                     clock: Optional[StageClock] = None,
                     unit_stride: bool = False,
                     tile=None,
-                    fuse: Optional[bool] = False) -> ScheduledKernel:
+                    fuse: Optional[bool] = False,
+                    vector_unit: Optional[VectorUnit] = None) -> ScheduledKernel:
     """Split, prove bounds, compute dependences, build the AST of ``kernel`` with loop facts.
 
     ``score(candidate) -> (parallel, looped)``: the parallel work a target
@@ -506,12 +513,16 @@ def schedule_kernel(kernel: ir.Kernel,
     threads with their own buffers (else the kernel is scheduled unfused; the result's
     ``chunked_extents`` name the chunked loops, for the runtime's choice of the unfused
     schedule where the chunks leave threads idle), False none.
+    ``vector_unit``: the registers the sums blocked along a row are sized for (None: the
+    host's, ``machine.host_vector_unit``).
     """
-    scheduled = _schedule_kernel(kernel, score, clock, unit_stride, tile, fuse)
+    vector_unit = vector_unit or machine.host_vector_unit()
+    scheduled = _schedule_kernel(kernel, score, clock, unit_stride, tile, fuse, vector_unit)
     if fuse is None:
         unowned = _buffers_no_loop_owns(scheduled)
         if unowned:
-            plain = _schedule_kernel(kernel, score, clock, unit_stride, tile, False)
+            plain = _schedule_kernel(kernel, score, clock, unit_stride, tile, False,
+                                     vector_unit)
             why = (f"not fused: no chunk loop runs {', '.join(unowned)} per chunk (ISL's AST "
                    f"runs a piece of the last chunk after the chunk loop), so the chunks "
                    f"would run in order")
@@ -540,7 +551,7 @@ def _buffers_no_loop_owns(scheduled: "ScheduledKernel") -> list:
 def _schedule_kernel(kernel: ir.Kernel,
                      score: Callable[[ScheduleCandidate], tuple[int, int]],
                      clock: Optional[StageClock], unit_stride: bool, tile,
-                     fuse: Optional[bool]) -> "ScheduledKernel":
+                     fuse: Optional[bool], vector_unit: VectorUnit) -> "ScheduledKernel":
     """``schedule_kernel`` with the fusion mode ``fuse`` taken as it is."""
     clock = clock or StageClock(kernel.name)
     n = len(kernel.statements)
@@ -594,7 +605,7 @@ def _schedule_kernel(kernel: ir.Kernel,
             if fuse is not False:
                 split, inside = fuse_rows_inside(split, model)
                 fusions += inside
-            split, blocked = block_sums_in_registers(split, model)
+            split, blocked = block_sums_in_registers(split, vector_unit, model)
             add_decisions(loop_orders, blocked)
             split, slabs = slabs_per_iteration(split)
             fusions += slabs
@@ -624,6 +635,7 @@ def _schedule_kernel(kernel: ir.Kernel,
         deps = dependences(model, flow_only=scalars, memory_based_accumulators=True)
     with clock.stage("ast", n):
         chosen = _candidate(_program_order_schedule(model), split, model, deps,
+                            vector_unit=vector_unit,
                             ast_schedule=_program_order_tree(model,
                                                              _adjacent_equal_domains(model)))
     origin = "program order"
@@ -648,7 +660,7 @@ def _schedule_kernel(kernel: ir.Kernel,
             origin = f"program order (the ISL scheduler gave up: {why})"
         elif parallel < looped:
             with clock.stage("ast", n):
-                other = _candidate(isl_schedule, split, model, deps)
+                other = _candidate(isl_schedule, split, model, deps, vector_unit=vector_unit)
             if score(other)[0] > parallel:
                 chosen = other
                 origin = "ISL scheduler (more parallel than the program order)"
@@ -662,7 +674,7 @@ def _schedule_kernel(kernel: ir.Kernel,
             local, decisions = unit_stride_bands(base, split)
         if decisions:
             with clock.stage("ast", n):
-                other = _candidate(local, split, model, deps)
+                other = _candidate(local, split, model, deps, vector_unit=vector_unit)
             if score(other)[0] >= score(chosen)[0]:
                 chosen = other
                 origin = ("ISL scheduler, bands reordered for unit stride (as parallel as "
@@ -673,7 +685,7 @@ def _schedule_kernel(kernel: ir.Kernel,
         # ISL's schedule may walk rows innermost as it is (syrk: i, j, k, a dot product
         # of two rows of A along k, where the program order's inner j walks a column)
         with clock.stage("ast", n):
-            other = _candidate(isl_schedule, split, model, deps)
+            other = _candidate(isl_schedule, split, model, deps, vector_unit=vector_unit)
         before = strided_inner_accesses(chosen.ast, split)
         after = strided_inner_accesses(other.ast, split)
         if after < before and score(other)[0] >= score(chosen)[0]:
@@ -689,7 +701,7 @@ def _schedule_kernel(kernel: ir.Kernel,
                                           tile if isinstance(tile, tuple) else None)
         if tiled is not None:
             with clock.stage("ast", n):
-                other = _candidate(tiled, split, model, deps)
+                other = _candidate(tiled, split, model, deps, vector_unit=vector_unit)
             if score(other)[0] >= score(chosen)[0]:
                 chosen = other
                 decisions += tiling
@@ -707,7 +719,8 @@ def _schedule_kernel(kernel: ir.Kernel,
                            requirements, gather_decisions, origin, dead, expansions, fused,
                            tuple(strides + _in_place_decisions(in_place) + copies + splits + first_updates
                                  + fusions + index_splits + decisions),
-                           loop_orders, large_sizes=chosen.large_sizes)
+                           loop_orders, large_sizes=chosen.large_sizes,
+                           vector_unit=vector_unit)
 
 
 def _in_place_decisions(names: tuple) -> list:
@@ -821,13 +834,15 @@ def _isl_schedule(model: PolyModel, deps: Dependences) -> tuple[Optional[isl.Sch
 
 def _candidate(schedule: isl.Schedule, kernel: ir.Kernel, model: PolyModel,
                deps: Dependences, separate: bool = True,
-               ast_schedule: Optional[isl.Schedule] = None) -> ScheduleCandidate:
+               ast_schedule: Optional[isl.Schedule] = None,
+               vector_unit: Optional[VectorUnit] = None) -> ScheduleCandidate:
     """The AST of ``schedule`` with the dependence test's facts on every loop.
 
     ``separate``: a loop per piece (interior loops without border conditions);
     else one loop nest per band with the pieces as conditions inside.
     ``ast_schedule``: the same order as ``schedule``, to build the AST from (the program
     order as a tree, groups of statements as single statements).
+    ``vector_unit``: the candidate's, for the target's plan (``ScheduleCandidate``).
     """
     # fused chains only: elsewhere the cases of small sizes are fewer and a second version
     # costs more than it saves or sends common sizes to the slow one (the conv layer's
@@ -854,7 +869,7 @@ def _candidate(schedule: isl.Schedule, kernel: ir.Kernel, model: PolyModel,
     if analysis.error is not None:
         raise analysis.error
     return ScheduleCandidate(kernel, schedule, ast, analysis.loops, bounds,
-                             analysis.runs_backwards)
+                             analysis.runs_backwards, vector_unit)
 
 
 def guarded_pieces(scheduled: ScheduledKernel) -> ScheduledKernel:
@@ -869,7 +884,7 @@ def guarded_pieces(scheduled: ScheduledKernel) -> ScheduledKernel:
     keeps its AST of a loop per piece, with a decision saying why.
     """
     cand = _candidate(scheduled.schedule, scheduled.kernel, scheduled.model, scheduled.deps,
-                      separate=False)
+                      separate=False, vector_unit=scheduled.vector_unit)
     if cand.runs_backwards:
         # a fault of ISL's atomic loops (fuzz seed 16020): the AST of a loop per piece,
         # the one the schedule was chosen with, stays

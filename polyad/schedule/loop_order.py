@@ -52,6 +52,7 @@ from ..ir import Binary, Const, Load, LoopVar, ScalarRef, Unary, uses_loop_vars
 from ..poly import model_of
 from .distribute import conflicts_across_iterations, split_loop
 from .gather import iterations_independent_but_sums
+from .machine import VectorUnit
 from .nests import common_depth, fresh_statement_name, inner_loops, loop_nests
 
 # Innermost loops with at most this many iterations (whatever the sizes) are not worth
@@ -733,10 +734,9 @@ def _interchanged(kernel: ir.Kernel, names: set, d: int) -> ir.Kernel:
 
 
 # The sums of one pass over a row live in vector registers (a target's per-lane partial
-# sums): a block of copies gets at most this many of them, leaving the rest of
-# AVX-512's 32 registers to the row's loads.
-SUM_REGISTERS = 24
-# ... and at most this many copies of the loop's body per pass.
+# sums): a block of copies gets at most ``VectorUnit.sum_registers`` of them (the host's,
+# ``machine``), the rest of the registers left to the row's loads, and at most this many
+# copies of the loop's body per pass.
 SUM_BLOCK = 4
 # Values of a loop one pass over a row computes: the per-point sums of
 # ``block_sum_rows_in_registers``, and the rows of a gather a target's plan blocks
@@ -745,7 +745,8 @@ SUM_BLOCK = 4
 ROW_BLOCK = 4
 
 
-def block_sums_in_registers(kernel: ir.Kernel, model=None) -> tuple[ir.Kernel, dict[str, str]]:
+def block_sums_in_registers(kernel: ir.Kernel, unit: VectorUnit,
+                            model=None) -> tuple[ir.Kernel, dict[str, str]]:
     """Compute the sums along a row for several values of an outer loop in one pass over
     the row, so that the reads those values share are loaded once.
 
@@ -771,8 +772,12 @@ def block_sums_in_registers(kernel: ir.Kernel, model=None) -> tuple[ir.Kernel, d
                        ...
 
     so each load of ``x`` serves ``R`` multiply-adds from a register. ``R`` is the largest
-    number up to ``SUM_BLOCK`` whose copies keep at most ``SUM_REGISTERS`` sums (2 for 9
-    taps); the blocked loop is the one whose copies share the most reads.
+    number up to ``SUM_BLOCK`` whose copies keep at most ``unit.sum_registers`` sums (the
+    vector unit the C is compiled for, ``machine``: 2 for 9 taps on AVX-512's 32
+    registers; on AVX2's 16, none: 9 sums already take 9 of its 12, and blocked, their
+    accumulators spilled and the gradient ran 10-14 % slower); the blocked loop is the one
+    whose copies share the most reads. A row loop left unblocked for want of registers
+    gets a decision saying so.
 
     When: the statements of a row loop (innermost, trip count growing with the sizes,
     step 1) all add (``+=``/``-=``, no guard) into elements of kernel arrays whose index
@@ -796,9 +801,11 @@ def block_sums_in_registers(kernel: ir.Kernel, model=None) -> tuple[ir.Kernel, d
     statement name -> text).
     """
     decisions: dict[str, str] = {}
+    unblocked: dict[str, str] = {}
     while True:
-        found = _sum_block(kernel, model)
+        found = _sum_block(kernel, model, unit, unblocked)
         if found is None:
+            add_decisions(decisions, unblocked)
             return kernel, decisions
         group, depth, width, rest = found
         if rest:
@@ -815,9 +822,11 @@ def block_sums_in_registers(kernel: ir.Kernel, model=None) -> tuple[ir.Kernel, d
         add_decisions(decisions, {st.owner: text for st in group})
 
 
-def _sum_block(kernel: ir.Kernel, model):
+def _sum_block(kernel: ir.Kernel, model, unit: VectorUnit, unblocked: dict):
     """(group, depth of the loop to block, copies per pass, the rest of that loop's body)
-    of the first row loop whose sums qualify, or None."""
+    of the first row loop whose sums qualify, or None. A row loop whose sums qualify but
+    leave no room in ``unit``'s registers for a second copy gets its decision in
+    ``unblocked`` (owner -> text)."""
     seen = set()
     for st in kernel.statements:
         key = (st.position[:-1], st.loops)
@@ -841,9 +850,15 @@ def _sum_block(kernel: ir.Kernel, model):
             continue
         depth = best[0]
         elements = len({s.target for s in group})
-        width = min(SUM_BLOCK, SUM_REGISTERS // elements)
+        width = min(SUM_BLOCK, unit.sum_registers // elements)
         trip = _trip(st.loops[depth])
-        if width < 2 or (trip is not None and trip < 2 * width):
+        if width < 2:
+            text = (f"loop {st.loops[depth].var} not blocked into the loop {st.loops[-1].var}: "
+                    f"its {elements} sums per pass over the row leave no room for a second "
+                    f"copy in the {unit.sum_registers} of {unit} that sums may take")
+            unblocked.update({s.owner: text for s in group})
+            continue
+        if trip is not None and trip < 2 * width:
             continue
         at = st.position[:depth + 1]
         rest = [s for s in kernel.statements

@@ -45,16 +45,6 @@ THIN_DEPTH = 2
 # sizes), a barrier costing about what a few thousand streamed elements do.
 THIN_WORK = 8192
 
-# Per-lane partial sums span two 512-bit vectors (16 doubles, 32 floats), as the
-# hand-written baselines' LANES: enough independent adds to hide the add latency.
-LANE_BITS = 1024
-# ... unless the loop sums into more elements than this: then one vector each, the
-# latency hidden by the other sums, and their accumulators still fit the 32 registers
-# (the conv layer's filter gradient blocked over 2 output channels: 18 sums, which as
-# 36 vectors spilled to the stack).
-TWO_VECTOR_SUMS = 12
-
-
 @dataclass(frozen=True)
 class LoopPlan:
     """What the OpenMP target does with one loop (a typed plan entry).
@@ -438,7 +428,8 @@ class _Planner:
             # large array: gemm's gradient d_A[i, k] += d_C[i, j] * B[k, j] along j)
             lp = LoopPlan(facts, name, threads, False, {}, atomic, mapping + (
                 f"; innermost loop adds into elements invariant along it: per-lane "
-                f"partial sums ({lanes} lanes) into {', '.join(sorted(facts.scatters))}"),
+                f"partial sums ({lanes} lanes, sized for {self.scheduled.vector_unit}) into "
+                f"{', '.join(sorted(facts.scatters))}"),
                 lane_sums=lanes)
         elif (not below and facts.parallel and not (facts.private and threads) and not atomic
                 and not (enclosing is not None and shared)):
@@ -563,8 +554,13 @@ class _Planner:
         clause does). Inside an 'omp parallel for' loop, each such array must be one
         that loop does not scatter into, or privatizes (else the threads would race on
         the final update of the element). Not for a loop of border pieces only
-        (``Statement.on_border``). Two vectors of lanes per sum, one where the loop sums
-        into more than ``TWO_VECTOR_SUMS`` elements.
+        (``Statement.on_border``). Lanes of two vectors per sum of the vector unit the
+        schedule was sized for (``VectorUnit.lane_bits``: 32 floats on AVX-512, 16 on
+        AVX2), enough independent adds to hide the add latency, as the hand-written
+        baselines' LANES; one vector each where the loop sums into more than
+        ``VectorUnit.two_vector_sums`` elements, the latency then hidden by the other sums
+        and their accumulators kept in registers (the conv layer's filter gradient blocked
+        over 2 output channels on AVX-512: 18 sums, which as 36 vectors spilled).
         """
         if (below or threads or not facts.scatters or self.deterministic
                 or not facts.parallel or facts.private or facts.reductions):
@@ -583,8 +579,9 @@ class _Planner:
             return 0
         if len(dtypes) != 1 or not next(iter(dtypes)).is_float:
             return 0
-        lanes = LANE_BITS // next(iter(dtypes)).bits
-        if elements > TWO_VECTOR_SUMS:
+        unit = self.scheduled.vector_unit
+        lanes = unit.lane_bits // next(iter(dtypes)).bits
+        if elements > unit.two_vector_sums:
             lanes //= 2
         if facts.trip_count_bound is not None and facts.trip_count_bound < lanes:
             return 0  # never a whole block of lanes (filter taps)

@@ -1,0 +1,136 @@
+"""The host CPU as the schedule and the CPU target size for it: its vector unit.
+
+The C is compiled with ``-march=native``, so the registers the generated code can keep
+sums in are the host's. Two decisions depend on them: how many output channels the
+conv layer's filter sums are blocked over (``loop_order.block_sums_in_registers``) and
+how many lanes of partial sums a vector loop keeps (the CPU target's plan, from
+``ScheduledKernel.vector_unit``). Sized for AVX-512's 32 registers of 512 bits, the conv gradient's 18
+sums of 2 vectors each spilled on an AVX2 machine (16 registers of 256 bits): sized for
+that machine's unit it ran 10-14 % faster there, and its C compiled in half the time.
+
+``host_vector_unit()`` reads ``$POLYAD_VECTOR_UNIT`` (``BITSxREGISTERS``, e.g.
+``256x16``; at every compile, as ``POLYAD_CACHE_DIR``), else the host's CPU flags
+(Linux ``/proc/cpuinfo``). ``cpu_fingerprint()`` names what ``-march=native`` means on
+this host, for the cache keys: a library or a schedule made on another CPU (a cache
+directory shared over a network file system) is never reused here.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+import platform
+from dataclasses import dataclass
+
+from ..errors import ArgumentError
+
+ENV = "POLYAD_VECTOR_UNIT"
+
+
+@dataclass(frozen=True)
+class VectorUnit:
+    """A CPU's vector registers: ``registers`` of ``bits`` each."""
+
+    bits: int
+    registers: int
+
+    @property
+    def sum_registers(self) -> int:
+        """Registers the sums of one pass over a row may take: three quarters, the rest
+        for the row's loads (24 of AVX-512's 32, 12 of AVX2's 16)."""
+        return self.registers * 3 // 4
+
+    @property
+    def lane_bits(self) -> int:
+        """Bits of per-lane partial sums for one sum: two vectors, enough independent
+        adds to hide the add latency (as the hand-written baselines' LANES)."""
+        return 2 * self.bits
+
+    @property
+    def two_vector_sums(self) -> int:
+        """Sums past which a loop's sums get one vector each: their two-vector
+        accumulators would take more than three eighths of the registers (12 on
+        AVX-512, 6 on AVX2) and spill, the latency then hidden by the other sums."""
+        return self.registers * 3 // 8
+
+    def __str__(self) -> str:
+        return f"{self.registers} vector registers of {self.bits} bits"
+
+
+# The units of the CPU flags /proc/cpuinfo lists, widest first.
+AVX512 = VectorUnit(512, 32)
+AVX = VectorUnit(256, 16)
+SSE = VectorUnit(128, 16)
+NEON = VectorUnit(128, 32)
+
+
+def host_vector_unit() -> VectorUnit:
+    """``$POLYAD_VECTOR_UNIT`` (``BITSxREGISTERS``) when set, else the host CPU's unit."""
+    text = os.environ.get(ENV)
+    if text:
+        return parse_vector_unit(text)
+    return _detected_unit()
+
+
+def parse_vector_unit(text: str) -> VectorUnit:
+    """``"256x16"`` -> VectorUnit(256, 16); ArgumentError naming the variable otherwise."""
+    bits, sep, registers = text.strip().lower().partition("x")
+    if sep and bits.isdigit() and registers.isdigit():
+        unit = VectorUnit(int(bits), int(registers))
+        if unit.bits >= 64 and unit.bits % 64 == 0 and unit.registers >= 4:
+            return unit
+    raise ArgumentError(f"${ENV} is {text!r}: write the bits of a vector register and how many "
+                        f"there are, such as 256x16 (AVX2) or 512x32 (AVX-512), or unset it "
+                        f"to use the host CPU's")
+
+
+@functools.lru_cache(maxsize=None)
+def _detected_unit() -> VectorUnit:
+    return unit_of(_cpuinfo_field("flags", "features").split(), platform.machine())
+
+
+def unit_of(flags, machine: str) -> VectorUnit:
+    """The vector unit of a CPU with the /proc/cpuinfo ``flags`` (x86) or ``features``
+    (Arm) and ``platform.machine()`` name ``machine``."""
+    flags, machine = set(flags), machine.lower()
+    if "avx512f" in flags:
+        return AVX512
+    if "avx" in flags:
+        return AVX
+    if machine in ("aarch64", "arm64"):
+        return NEON
+    if not flags and machine in ("x86_64", "amd64"):
+        return AVX  # flags unknown (no /proc/cpuinfo): x86-64-v3's unit, the common one
+    return SSE
+
+
+@functools.lru_cache(maxsize=None)
+def cpu_fingerprint() -> str:
+    """A short hash of the host CPU's model and flags (what ``-march=native`` resolves to),
+    or of ``platform``'s processor names where /proc/cpuinfo cannot be read."""
+    text = "\0".join((_cpuinfo_field("model name", "cpu part"), _cpuinfo_field("flags", "features"),
+                      platform.machine(), platform.processor()))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _cpuinfo_field(*names: str) -> str:
+    """The first processor's value of the first of ``names`` /proc/cpuinfo has, or ''."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            lines = f.read().split("\n\n")[0].splitlines()
+    except OSError:
+        return ""
+    fields = {}
+    for line in lines:
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip().lower(), value.strip())
+    return next((fields[n] for n in names if n in fields), "")
+
+
+def host_key() -> str:
+    """What a cached schedule or library made on this host depends on: the CPU and the
+    vector unit the decisions were sized for."""
+    unit = host_vector_unit()
+    return f"{cpu_fingerprint()}/{unit.bits}x{unit.registers}"

@@ -1,0 +1,139 @@
+"""The host's vector unit (``polyad.schedule.machine``) and what is sized for it.
+
+The suite runs with ``POLYAD_VECTOR_UNIT=512x32`` (conftest); the tests here set other
+units. On AVX2's 16 registers of 256 bits the conv layer's filter sums are not blocked
+over output channels (9 sums take 9 of the 12 registers sums may have) and get lanes
+of one or two 256-bit vectors; the results still match the reference interpreter,
+under AddressSanitizer too; caches keep the units and the CPUs apart.
+"""
+
+import re
+
+import pytest
+
+import polyad as pa
+from polyad import ArgumentError
+from polyad.pipeline import Options, artifact_of, pipeline_key
+from polyad.runtime import toolchain
+from polyad.schedule import machine
+from polyad.schedule.machine import AVX, AVX512, NEON, SSE, VectorUnit, unit_of
+from polyad.target.openmp import plan
+
+from test_asan import run_script_under_asan
+from test_loop_order import conv_cost, conv_cost32, conv_gradient_matches_interpreter
+
+AVX2_UNIT = "256x16"
+
+
+@pytest.fixture
+def avx2(monkeypatch):
+    monkeypatch.setenv(machine.ENV, AVX2_UNIT)
+
+
+def test_vector_units_of_cpu_flags():
+    assert unit_of("fpu sse2 avx avx2 fma avx512f avx512bw".split(), "x86_64") == AVX512
+    assert unit_of("fpu sse2 avx avx2 fma".split(), "x86_64") == AVX == VectorUnit(256, 16)
+    assert unit_of("fpu sse2 sse4_2".split(), "x86_64") == SSE
+    assert unit_of("fp asimd evtstrm".split(), "aarch64") == NEON == VectorUnit(128, 32)
+    assert unit_of([], "x86_64") == AVX
+    assert (AVX512.sum_registers, AVX512.lane_bits, AVX512.two_vector_sums) == (24, 1024, 12)
+    assert (AVX.sum_registers, AVX.lane_bits, AVX.two_vector_sums) == (12, 512, 6)
+
+
+def test_the_environment_names_the_unit(monkeypatch):
+    monkeypatch.setenv(machine.ENV, " 256X16 ")
+    assert machine.host_vector_unit() == VectorUnit(256, 16)
+    monkeypatch.delenv(machine.ENV)
+    assert machine.host_vector_unit() == machine._detected_unit()
+    for bad in ("avx2", "256", "0x16", "100x16", "256x2", "x16"):
+        monkeypatch.setenv(machine.ENV, bad)
+        with pytest.raises(ArgumentError, match=r"\$POLYAD_VECTOR_UNIT is .*such as 256x16"):
+            machine.host_vector_unit()
+    with pytest.raises(ArgumentError, match="POLYAD_VECTOR_UNIT"):
+        pa.compile(conv_cost)
+
+
+def test_the_conv_gradient_on_avx2_keeps_its_sums_unblocked(avx2):
+    grad = pa.grad(conv_cost32, wrt=["w", "x"])
+    sk = artifact_of(grad, Options()).scheduled
+    assert sk.vector_unit == AVX
+    assert not any(sp.kind == "block" for st in sk.kernel.statements for sp in st.origin)
+    text = pa.explain(grad)
+    assert ("loop co not blocked into the loop v: its 9 sums per pass over the row leave no "
+            "room for a second copy in the 12 of 16 vector registers of 256 bits that sums "
+            "may take") in text
+    assert "per-lane partial sums (8 lanes, sized for 16 vector registers of 256 bits)" in text
+    # one 256-bit vector of lanes per sum where a loop has 9 (the interior rows' taps),
+    # two where it has at most 6 (a border row's)
+    lanes = {lp.lane_sums for lp in plan(sk).loops.values() if lp.lane_sums}
+    assert lanes == {8, 16}, lanes
+    src = grad.source
+    assert "co_iter" not in src and "d_w_lanes9[8] = {0};" in src
+    assert not re.search(r"d_w_lanes1\d\[", src)
+    # double: 4 lanes for 9 sums
+    f64 = {lp.lane_sums for lp in plan(artifact_of(pa.grad(conv_cost, wrt=["w", "x"]),
+                                                   Options()).scheduled).loops.values()}
+    assert {4, 8} <= f64
+
+
+@pytest.mark.parametrize("deterministic", [False, True])
+def test_the_conv_gradient_on_avx2_matches_the_interpreter(avx2, deterministic):
+    grad = pa.grad(conv_cost, wrt=["w", "x"])
+    conv_gradient_matches_interpreter(
+        grad, pa.compile(grad, deterministic=deterministic), 23,
+        [(1, 1, 1, 1, 1), (1, 2, 3, 4, 9), (1, 1, 2, 3, 17), (2, 3, 3, 5, 21)])
+
+
+def test_a_kernel_compiled_for_two_units_keeps_both(monkeypatch):
+    """The same Kernel object, the pipeline key and the C: one per vector unit (a process
+    that changes $POLYAD_VECTOR_UNIT gets the schedule of the unit it names)."""
+    grad = pa.grad(conv_cost32, wrt=["w", "x"])
+    keys, sources = [], []
+    for unit in ("512x32", AVX2_UNIT, "512x32"):
+        monkeypatch.setenv(machine.ENV, unit)
+        keys.append(pipeline_key(grad.ir, Options()))
+        sources.append(grad.source)
+    assert keys[0] == keys[2] != keys[1]
+    assert "co_iter" in sources[0] and "co_iter" not in sources[1] and sources[2] == sources[0]
+
+
+def test_a_library_built_on_another_cpu_is_not_reused(monkeypatch):
+    """``-march=native`` means what the host's CPU has: a cache directory shared with a
+    machine of another CPU (a network home directory) must not hand this one its
+    libraries, which could stop on an illegal instruction."""
+    source = "void polyad_machine_probe(double *x) { x[0] += 1.0; }\n"
+    here = toolchain.compile_c(source, "machine_probe")
+    monkeypatch.setattr(machine, "cpu_fingerprint", lambda: "another cpu")
+    elsewhere = toolchain.compile_c(source, "machine_probe")
+    assert elsewhere != here and here.exists() and elsewhere.exists()
+    assert toolchain.compile_c(source, "machine_probe") == elsewhere
+    monkeypatch.undo()
+    assert toolchain.compile_c(source, "machine_probe") == here
+
+
+ASAN_SCRIPT = '''
+import numpy as np
+import polyad as pa
+from polyad.testing import interpret
+from test_loop_order import conv_cost32
+
+rng = np.random.default_rng(5)
+grad = pa.grad(conv_cost32, wrt=["w", "x"])
+c = pa.compile(grad, sanitize="address")
+for b, ci, co, h, w in [(1, 1, 1, 1, 1), (1, 2, 1, 2, 2), (1, 1, 3, 3, 9), (2, 2, 2, 4, 18)]:
+    x = rng.standard_normal((b, ci, h, w)).astype(np.float32)
+    wt = rng.standard_normal((co, ci, 3, 3)).astype(np.float32)
+    y = rng.standard_normal((b, co, h, w)).astype(np.float32)
+    dw, dx = c(x, wt, y)
+    _, want = interpret(grad.ir, dict(x=x, w=wt, y=y), dict(B=b, CI=ci, CO=co, H=h, W=w))
+    np.testing.assert_allclose(dw, want["d_w"], rtol=2e-4, atol=2e-4)
+    np.testing.assert_allclose(dx, want["d_x"], rtol=2e-4, atol=2e-4)
+print("ASAN-SCRIPT-OK")
+'''
+
+
+def test_the_avx2_conv_gradient_is_clean_under_asan(avx2, tmp_path, repo_root):
+    """Rows shorter than a block of 8 or 16 lanes, and longer: the lane loops and their
+    remainders read and write in bounds (the script inherits the unit)."""
+    run_script_under_asan(tmp_path, repo_root, ASAN_SCRIPT, "ASAN-SCRIPT-OK",
+                          [(pa.grad(conv_cost32, wrt=["w", "x"]), Options(sanitize="address"))])
