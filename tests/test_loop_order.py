@@ -18,13 +18,16 @@ import pytest
 import polyad as pa
 from polyad import ir
 from polyad.pipeline import Options, artifact_of
-from polyad.schedule.loop_order import (ROW_BLOCK, expand_reduction_rows, jam_small_loops,
+from polyad.schedule.loop_order import (expand_reduction_rows, jam_small_loops,
                                        unit_stride_innermost)
+from polyad.schedule.machine import AVX512
 from polyad.target import openmp
 from polyad.target.openmp import plan
 from polyad.testing import interpret
 
 B, CI, CO, H, W = pa.sizes("B CI CO H W")
+# rows per pass of the suite's vector unit (POLYAD_VECTOR_UNIT=512x32, conftest)
+ROW_BLOCK = AVX512.row_block
 M, N = pa.sizes("M N")
 
 

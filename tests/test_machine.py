@@ -9,6 +9,7 @@ under AddressSanitizer too; caches keep the units and the CPUs apart.
 
 import re
 
+import numpy as np
 import pytest
 
 import polyad as pa
@@ -18,6 +19,7 @@ from polyad.runtime import toolchain
 from polyad.schedule import machine
 from polyad.schedule.machine import AVX, AVX512, NEON, SSE, VectorUnit, unit_of
 from polyad.target.openmp import plan
+from polyad.testing import interpret
 
 from test_asan import run_script_under_asan
 from test_loop_order import conv_cost, conv_cost32, conv_gradient_matches_interpreter
@@ -38,6 +40,7 @@ def test_vector_units_of_cpu_flags():
     assert unit_of([], "x86_64") == AVX
     assert (AVX512.sum_registers, AVX512.lane_bits, AVX512.two_vector_sums) == (24, 1024, 12)
     assert (AVX.sum_registers, AVX.lane_bits, AVX.two_vector_sums) == (12, 512, 6)
+    assert (AVX512.row_block, AVX.row_block, SSE.row_block, NEON.row_block) == (4, 2, 2, 4)
 
 
 def test_the_environment_names_the_unit(monkeypatch):
@@ -70,10 +73,31 @@ def test_the_conv_gradient_on_avx2_keeps_its_sums_unblocked(avx2):
     src = grad.source
     assert "co_iter" not in src and "d_w_lanes9[8] = {0};" in src
     assert not re.search(r"d_w_lanes1\d\[", src)
+    # the d_x gather in blocks of 2 input channels per pass (AVX-512: 4); the forward's
+    # recompute keeps one row per pass: the unblocked filter sums after it in the same
+    # body get lanes, which a block's copies would not follow (no decision claims one)
+    assert "for (; ci + 1 < CI; ci += 2) {" in src and "ci += 4" not in src
+    assert "loop co run in blocks of" not in text
     # double: 4 lanes for 9 sums
     f64 = {lp.lane_sums for lp in plan(artifact_of(pa.grad(conv_cost, wrt=["w", "x"]),
                                                    Options()).scheduled).loops.values()}
     assert {4, 8} <= f64
+
+
+def test_the_conv_forward_on_avx2_runs_two_rows_per_pass(avx2):
+    """Each row of a block and each of its 9 taps' weights takes a register: blocks of 2
+    output channels on 16 registers, of 4 on 32."""
+    text = pa.explain(conv_cost)
+    assert "loop co run in blocks of 2: the sums into s_rows for the 2 values" in text
+    src = conv_cost.source
+    assert "for (; co + 1 < CO; co += 2) {" in src and "co += 4" not in src
+    rng = np.random.default_rng(29)
+    for b, ci, co, h, w in [(1, 1, 1, 1, 1), (1, 2, 3, 4, 9), (2, 3, 5, 5, 21)]:
+        x, wt = rng.standard_normal((b, ci, h, w)), rng.standard_normal((co, ci, 3, 3))
+        y = rng.standard_normal((b, co, h, w))
+        want, _ = interpret(conv_cost.ir, dict(x=x, w=wt, y=y),
+                            dict(B=b, CI=ci, CO=co, H=h, W=w))
+        np.testing.assert_allclose(pa.compile(conv_cost)(x, wt, y), want, rtol=1e-12)
 
 
 @pytest.mark.parametrize("deterministic", [False, True])

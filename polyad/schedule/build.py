@@ -609,7 +609,7 @@ def _schedule_kernel(kernel: ir.Kernel,
             add_decisions(loop_orders, blocked)
             split, slabs = slabs_per_iteration(split)
             fusions += slabs
-            split, row_blocks = block_sum_rows_in_registers(split)
+            split, row_blocks = block_sum_rows_in_registers(split, vector_unit)
             add_decisions(loop_orders, row_blocks)
     with clock.stage("unit strides", len(split.statements)):
         # the loops the passes above block step by 2 or 4 (``co`` of the conv layer's

@@ -738,11 +738,6 @@ def _interchanged(kernel: ir.Kernel, names: set, d: int) -> ir.Kernel:
 # ``machine``), the rest of the registers left to the row's loads, and at most this many
 # copies of the loop's body per pass.
 SUM_BLOCK = 4
-# Values of a loop one pass over a row computes: the per-point sums of
-# ``block_sum_rows_in_registers``, and the rows of a gather a target's plan blocks
-# (``_Planner.value_blocks``). Each row takes a vector register per pass,
-# the 9 taps' shared reads 9 more (4 rows: 4.4-4.7 ms for the conv forward, 2: 5.1-5.5).
-ROW_BLOCK = 4
 
 
 def block_sums_in_registers(kernel: ir.Kernel, unit: VectorUnit,
@@ -950,7 +945,8 @@ def _blocked(kernel: ir.Kernel, group: list, depth: int, width: int) -> tuple[ir
     return dataclasses.replace(kernel, statements=tuple(out)), text
 
 
-def block_sum_rows_in_registers(kernel: ir.Kernel) -> tuple[ir.Kernel, dict[str, str]]:
+def block_sum_rows_in_registers(kernel: ir.Kernel,
+                                unit: VectorUnit) -> tuple[ir.Kernel, dict[str, str]]:
     """Compute the per-point sums of a row for several values of an outer loop in one pass
     over the row, so that the reads those values share are loaded once.
 
@@ -964,7 +960,7 @@ def block_sum_rows_in_registers(kernel: ir.Kernel) -> tuple[ir.Kernel, dict[str,
                             for v: r = max(s_rows[v], 0) - y[b, co, h, v]; C += r * r
 
     Every pass over ``v`` loads 9 values of ``x`` for 9 multiply-adds into one row, and
-    the next ``co`` loads the same 9 again. Here the row becomes ``R = ROW_BLOCK`` rows
+    the next ``co`` loads the same 9 again. Here the row becomes ``R = unit.row_block`` rows
     ``s_rows[q, v]`` (the kernel as written uses row 0) and the temporary names ``co`` as
     its ``block`` loop: the emitter runs ``co`` in blocks of ``R`` values, the sums of a
     block in one pass over the row (the copy for ``co + q`` on row ``q``), what comes
@@ -1007,16 +1003,17 @@ def block_sum_rows_in_registers(kernel: ir.Kernel) -> tuple[ir.Kernel, dict[str,
     for temp in kernel.temps:
         if temp.role != "sum row" or temp.type.ndim != 1:
             continue
-        found = _sum_row_body(kernel, temp)
+        found = _sum_row_body(kernel, temp, unit.row_block)
         if found is not None:
-            kernel, text = _rows_per_block(kernel, temp, *found)
+            kernel, text = _rows_per_block(kernel, temp, unit.row_block, *found)
             add_decisions(decisions, {st.owner: text for st in found[2]})
     return kernel, decisions
 
 
-def _sum_row_body(kernel: ir.Kernel, temp: ir.Temp):
+def _sum_row_body(kernel: ir.Kernel, temp: ir.Temp, width: int):
     """(depth of ``L``, the statements of ``L``'s body, the sums) when ``temp``'s users
-    have the shape ``block_sum_rows_in_registers`` blocks, else None."""
+    have the shape ``block_sum_rows_in_registers`` blocks in blocks of ``width``, else
+    None."""
     users = [st for st in kernel.statements
              if st.target_name == temp.name or temp.name in st.read_names()]
     if not users:
@@ -1050,6 +1047,14 @@ def _sum_row_body(kernel: ir.Kernel, temp: ir.Temp):
     if kinds.count("sums") != 1 or [order[k] for k in kinds] != sorted(order[k] for k in kinds):
         return None
     sums = children[sorted(children)[kinds.index("sums")]]
+    after = [st for k, kind in zip(sorted(children), kinds) if kind == "after"
+             for st in children[k]]
+    if any(_sums_along_row(kernel, [s for s in after if (s.position[:-1], s.loops) == key])
+           for key in {(st.position[:-1], st.loops) for st in after if len(st.loops) > depth + 1}):
+        # sums along a row after them (the conv gradient's filter sums, where the vector
+        # unit leaves no room to block them out of this body): a target keeps those in
+        # lanes of partial sums, which the copies of a block would not follow
+        return None
     first = sums[0]
     if any(st.loops != first.loops or st.position[:-1] != first.position[:-1] for st in sums):
         return None
@@ -1064,7 +1069,7 @@ def _sum_row_body(kernel: ir.Kernel, temp: ir.Temp):
     lp = first.loops[depth]
     trip = _trip(lp)
     inner = {p.var for st in body for p in st.loops[depth + 1:]}
-    if lp.step != 1 or (trip is not None and trip < 2 * ROW_BLOCK) or \
+    if lp.step != 1 or (trip is not None and trip < 2 * width) or \
             any(uses_loop_vars(b, inner) for b in (lp.lo, lp.hi)) or \
             any(uses_loop_vars(b, {lp.var}) for st in body for p in st.loops[depth + 1:]
                 for b in (p.lo, p.hi)) or \
@@ -1078,9 +1083,9 @@ def _sum_row_body(kernel: ir.Kernel, temp: ir.Temp):
     return depth, body, sums
 
 
-def _rows_per_block(kernel: ir.Kernel, temp: ir.Temp, depth: int, body: list,
+def _rows_per_block(kernel: ir.Kernel, temp: ir.Temp, width: int, depth: int, body: list,
                     sums: list) -> tuple[ir.Kernel, str]:
-    """``kernel`` with ``temp`` made ``ROW_BLOCK`` rows, every access on row 0, and the
+    """``kernel`` with ``temp`` made ``width`` rows, every access on row 0, and the
     loop at ``depth`` named its ``block`` loop (``block_sum_rows_in_registers``)."""
     lp = body[0].loops[depth]
     zero = Const(0, ir.i64)
@@ -1094,18 +1099,18 @@ def _rows_per_block(kernel: ir.Kernel, temp: ir.Temp, depth: int, body: list,
         guard=None if st.guard is None else on_row_0(st.guard))
         if st in body else st for st in kernel.statements)
     rows = dataclasses.replace(
-        temp, type=dataclasses.replace(temp.type, shape=(Const(ROW_BLOCK, ir.i64),)
+        temp, type=dataclasses.replace(temp.type, shape=(Const(width, ir.i64),)
                                        + temp.type.shape),
-        holds=f"{temp.holds}, a row per value of {lp.var} in a block of {ROW_BLOCK}",
+        holds=f"{temp.holds}, a row per value of {lp.var} in a block of {width}",
         block=lp.var)
     temps = tuple(rows if t.name == temp.name else t for t in kernel.temps)
     row = sums[0].loops[-1].var
     shared = ", ".join(dict.fromkeys(
         ir.expr_str(ld) for st in sums for ld in ir.loads(st.expr)
         if uses_loop_vars(ld, {row}) and not uses_loop_vars(ld, {lp.var})))
-    text = (f"loop {lp.var} run in blocks of {ROW_BLOCK}: the sums into {temp.name} for the "
-            f"{ROW_BLOCK} values of a block in one pass over the row {row} ({temp.name} "
-            f"kept as {ROW_BLOCK} rows, each read of {shared} used {ROW_BLOCK} times from a "
+    text = (f"loop {lp.var} run in blocks of {width}: the sums into {temp.name} for the "
+            f"{width} values of a block in one pass over the row {row} ({temp.name} "
+            f"kept as {width} rows, each read of {shared} used {width} times from a "
             f"register), what comes before and after the sums for each value in turn, the "
             f"values after the whole blocks as written; each element keeps the order of its "
             f"terms")

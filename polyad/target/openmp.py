@@ -25,7 +25,6 @@ from ..runtime.loader import CompiledKernel
 from ..schedule import LoopFacts, ast_children, loop_key
 from ..schedule.nests import ast_expr_uses, loop_vars_along, user_nodes, user_statements
 from ..schedule.locality import strided_accesses
-from ..schedule.loop_order import ROW_BLOCK
 
 # Loops with at most this many iterations, whatever the sizes (filter taps,
 # channels of a fixed-size layer), are never made 'omp parallel for': a thread
@@ -530,10 +529,12 @@ class _Planner:
         return (int(temp.type.shape[0].value), row, jammed)
 
     def _parallel_block(self, kids: list, var: str, facts: LoopFacts) -> tuple:
-        """``value_blocks`` for a loop that carries no dependence (a gather's)."""
+        """``value_blocks`` for a loop that carries no dependence (a gather's): blocks of
+        the vector unit's ``row_block`` values."""
         sts = [st for k in kids for st in k]
+        width = self.scheduled.vector_unit.row_block
         if (facts.carried or not sts
-                or (facts.trip_count_bound is not None and facts.trip_count_bound < 2 * ROW_BLOCK)
+                or (facts.trip_count_bound is not None and facts.trip_count_bound < 2 * width)
                 or any(not isinstance(st.target, ir.Load) or not st.loops for st in sts)):
             return ()
         varying = dict.fromkeys(ld for st in sts for ld in ir.loads(st.expr) + [st.target]
@@ -541,7 +542,7 @@ class _Planner:
         shared = sum(1 for ld in varying if not ir.uses_loop_vars(ld, {var}))
         if shared <= len(varying) - shared:
             return ()
-        return (ROW_BLOCK, "", frozenset(st.name for st in sts))
+        return (width, "", frozenset(st.name for st in sts))
 
     def lane_sums(self, node, it: str, facts: LoopFacts, threads: bool,
                   enclosing: Optional[LoopPlan], below: bool) -> int:
