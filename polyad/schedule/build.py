@@ -842,7 +842,8 @@ def _candidate(schedule: isl.Schedule, kernel: ir.Kernel, model: PolyModel,
     else one loop nest per band with the pieces as conditions inside.
     ``ast_schedule``: the same order as ``schedule``, to build the AST from (the program
     order as a tree, groups of statements as single statements).
-    ``vector_unit``: the candidate's, for the target's plan (``ScheduleCandidate``).
+    ``vector_unit``: the candidate's, for the target's plan (``ScheduleCandidate``; None:
+    the host's, ``machine.host_vector_unit``).
     """
     # fused chains only: elsewhere the cases of small sizes are fewer and a second version
     # costs more than it saves or sends common sizes to the slow one (the conv layer's
@@ -869,7 +870,8 @@ def _candidate(schedule: isl.Schedule, kernel: ir.Kernel, model: PolyModel,
     if analysis.error is not None:
         raise analysis.error
     return ScheduleCandidate(kernel, schedule, ast, analysis.loops, bounds,
-                             analysis.runs_backwards, vector_unit)
+                             analysis.runs_backwards,
+                             vector_unit or machine.host_vector_unit())
 
 
 def guarded_pieces(scheduled: ScheduledKernel) -> ScheduledKernel:
