@@ -115,8 +115,8 @@ class Kernel:
     def artifact(self, options: Options = Options()) -> Artifact:
         """The pipeline's result for ``options`` (scheduled, planned, emitted; cached per
         options and host: ``$POLYAD_VECTOR_UNIT`` may change between calls)."""
-        source_options, host = options.source_options, machine.host_key()
-        key = (source_options, host)
+        key = _per_host(options.source_options)
+        source_options, host = key
         if key not in self._artifacts:
             family = schedule_family(get_target(source_options.target))
             shared = next((a.scheduled for (o, h), a in self._artifacts.items()
@@ -132,7 +132,7 @@ class Kernel:
                 deterministic: bool = False, tile=None, fuse: Optional[bool] = None) -> KernelFunction:
         """Schedule, emit and compile (cached per option set); see ``pa.compile``."""
         options = Options(target, deterministic, sanitize, tile, fuse)
-        key = (options, machine.host_key())
+        key = _per_host(options)
         if key not in self._compiled:
             build = self._build(options)
             function = options.target_object.load(build, sanitize)
@@ -149,7 +149,7 @@ class Kernel:
         """The generated OpenMP C source: the pipeline's output (from its cache, or made),
         without running the C compiler."""
         options = Options()
-        compiled = self._compiled.get((options, machine.host_key()))
+        compiled = self._compiled.get(_per_host(options))
         if compiled is not None:
             return compiled.source
         return self._build(options).source
@@ -159,7 +159,7 @@ class Kernel:
         kernel's artifact (made and kept by ``artifact`` on a miss, so that targets of one
         schedule family share a schedule)."""
         return build_kernel(self.ir, options,
-                            self._artifacts.get((options.source_options, machine.host_key())),
+                            self._artifacts.get(_per_host(options.source_options)),
                             lambda: self.artifact(options))
 
     def explain(self, format: str = "text", target: str = "openmp",
@@ -186,6 +186,13 @@ class Kernel:
 
     def __repr__(self) -> str:
         return f"<polyad kernel {self.ir.name} ({self.ir.filename}:{self.ir.line})>"
+
+
+def _per_host(options: Options) -> tuple:
+    """The key a Kernel keeps an artifact or a compiled function under: ``options`` and the
+    host the schedule is sized for (``machine.host_key``; ``$POLYAD_VECTOR_UNIT`` may
+    change between calls)."""
+    return (options, machine.host_key())
 
 
 @user_facing

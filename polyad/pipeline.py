@@ -242,8 +242,7 @@ def compile_kernel(ir_kernel: ir.Kernel, options: Options = Options(),
                 # tiles are for caches of threads that run whole loops (CUDA's threads
                 # run single iterations: its target schedules without them)
                 tile=options.tile if getattr(target, "unit_stride_schedule", False) else False,
-                fuse=options.fuse if getattr(target, "fuses_pipelines", False) else False,
-                vector_unit=machine.host_vector_unit())
+                fuse=options.fuse if getattr(target, "fuses_pipelines", False) else False)
     n = len(scheduled.kernel.statements)
     with clock.stage("plan", n), ir.internal_errors(f"planning ({options.target})", ir_kernel):
         plan = target.plan(scheduled, options)

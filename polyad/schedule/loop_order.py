@@ -987,10 +987,11 @@ def block_sum_rows_in_registers(kernel: ir.Kernel,
     write the row, none of them a row loop of sums along the row (a target keeps those in
     lanes of partial sums, which the copies of a block would not follow: the conv
     gradient's filter sums where the vector unit leaves no room to block them out of
-    ``L``'s body, ``block_sums_in_registers``). ``L`` steps by 1 with at least ``2 * R`` iterations where its trip
-    count is constant, bounds no inner loop, has bounds free of the inner loops, and no
-    condition of the body's statements uses it; the sums' reads that vary along the row
-    are more often shared by the values of ``L`` (not using it) than not.
+    ``L``'s body, ``block_sums_in_registers``). ``L`` steps by 1 with at least ``2 * R``
+    iterations where its trip count is constant, bounds no inner loop, has bounds free of
+    the inner loops, and no condition of the body's statements uses it; the sums' reads
+    that vary along the row are more often shared by the values of ``L`` (not using it)
+    than not.
 
     Legality. Within a block, the assignments and sums of ``L + q`` run before the sums
     and the after part of ``L``: each value of the block has its own row, and neither

@@ -5,9 +5,10 @@ sums in are the host's. Three decisions depend on them: how many output channels
 conv layer's filter sums are blocked over (``loop_order.block_sums_in_registers``), how
 many rows of per-point sums one pass computes (``block_sum_rows_in_registers``, and the
 rows of a gather the CPU target's plan blocks) and how many lanes of partial sums a
-vector loop keeps (the CPU target's plan, from ``ScheduledKernel.vector_unit``). Sized for AVX-512's 32 registers of 512 bits, the conv gradient's 18
-sums of 2 vectors each spilled on an AVX2 machine (16 registers of 256 bits): sized for
-that machine's unit it ran 10-14 % faster there, and its C compiled in half the time.
+vector loop keeps (the CPU target's plan, from ``ScheduledKernel.vector_unit``).
+Sized for AVX-512's 32 registers of 512 bits, the conv gradient's 18 sums of 2 vectors
+each spilled on an AVX2 machine (16 registers of 256 bits): sized for that machine's
+unit it ran 10-14 % faster there, and its C compiled in half the time.
 
 ``host_vector_unit()`` reads ``$POLYAD_VECTOR_UNIT`` (``BITSxREGISTERS``, e.g.
 ``256x16``; at every compile, as ``POLYAD_CACHE_DIR``), else the host's CPU flags
@@ -63,6 +64,11 @@ class VectorUnit:
         against 5.1-5.5 with 2, on AVX-512), 2 on 16 (on AVX2 the forward ran in
         0.80-0.94 of the time it took with 4, the gradient in 0.94-0.98)."""
         return max(2, self.registers // 8)
+
+    @property
+    def spec(self) -> str:
+        """``BITSxREGISTERS``, as ``$POLYAD_VECTOR_UNIT`` writes it (``parse_vector_unit``)."""
+        return f"{self.bits}x{self.registers}"
 
     def __str__(self) -> str:
         return f"{self.registers} vector registers of {self.bits} bits"
@@ -142,5 +148,4 @@ def _cpuinfo_field(*names: str) -> str:
 def host_key() -> str:
     """What a cached schedule or library made on this host depends on: the CPU and the
     vector unit the decisions were sized for."""
-    unit = host_vector_unit()
-    return f"{cpu_fingerprint()}/{unit.bits}x{unit.registers}"
+    return f"{cpu_fingerprint()}/{host_vector_unit().spec}"
