@@ -48,6 +48,7 @@ import numpy as np  # noqa: E402
 
 import check  # noqa: E402
 import frameworks  # noqa: E402
+import peak  # noqa: E402
 import stream  # noqa: E402
 import suite  # noqa: E402
 
@@ -236,6 +237,7 @@ def run_case(case: suite.Case, timer: suite.Timer, args) -> dict:
         row["grad_over_fwd"] = row["grad"] / row["fwd"] if row["grad"] and row["fwd"] else None
     return {"bench": case.bench, "title": case.title, "size": case.size, "dtype": case.dtype,
             "shape": case.shape, "fwd_bytes": case.fwd_bytes, "grad_bytes": case.grad_bytes,
+            "fwd_flops": case.fwd_flops, "grad_flops": case.grad_flops,
             "rows": rows, "triad_gbs": triad_gbs, "triad_n": triad_n}
 
 
@@ -250,6 +252,17 @@ def add_bandwidth(res: dict, bw: float) -> None:
             gbs = row[kind + "_gbs"]
             row[kind + "_bw"] = gbs / bw if gbs and bw else None
             row[kind + "_bw_rounds"] = gbs / rounds if gbs and rounds else None
+
+
+def add_peak(res: dict, rates: dict) -> None:
+    """Shares of the multiply-add peak (``rates``: GFLOP/s by dtype, ``peak.measure``):
+    ``<kind>_peak`` of each row, where the case counts its multiply-adds."""
+    rate = rates.get(res["dtype"])
+    res["peak_gflops"] = rate
+    for row in res["rows"]:
+        for kind in ("fwd", "grad"):
+            flops, t = res.get(kind + "_flops"), row[kind]
+            row[kind + "_peak"] = flops / t / 1e9 / rate if flops and t and rate else None
 
 
 # ---------------------------------------------------------------------------
@@ -310,6 +323,15 @@ def format_case(res: dict) -> str:
         elif row["note"]:
             line += f"  ({row['note']})"
         lines.append("  " + line)
+    if res.get("grad_flops") and res.get("peak_gflops"):
+        shares = "; ".join(
+            f"{row['impl']} fwd {_pct(row['fwd_peak'])}, grad {_pct(row['grad_peak'])}"
+            for row in res["rows"] if row["fwd_peak"] or row["grad_peak"])
+        more = res["grad_flops"] / res["fwd_flops"]
+        lines.append(f"  multiply-adds: fwd {res['fwd_flops'] / 2e6:.0f} M, grad "
+                     f"{res['grad_flops'] / 2e6:.0f} M ({more:.0f}x); of the {res['dtype']} "
+                     f"multiply-add peak ({res['peak_gflops']:.0f} GFLOP/s, this run): "
+                     f"{shares or '-'}")
     if res.get("triad_gbs"):
         shares = ", ".join(f"{row['impl']} {_pct(row['grad_bw_rounds'])}" for row in res["rows"]
                            if row["grad_bw_rounds"] and (row["impl"] == "polyad" or row["impl"] in HW))
@@ -395,6 +417,13 @@ def conv_targets(res: dict) -> str:
     gf = p["grad_over_fwd"]
     if gf is not None:
         s += f"; grad/fwd = {gf:.2f} ({'PASS' if gf <= 2.5 else 'FAIL'} <= 2.5)"
+        if p.get("fwd_peak") and p.get("grad_peak"):
+            # at the forward's efficiency g/f would be the ratio of multiply-adds (3 for
+            # both gradients): 2.5 asks the gradient to use the peak that much better
+            more = res["grad_flops"] / res["fwd_flops"]
+            s += (f" (its multiply-adds {more:.0f}x the forward's: 2.5 asks for "
+                  f"{more / 2.5:.2f}x the forward's share of the peak; it has "
+                  f"{p['grad_peak'] / p['fwd_peak']:.2f}x)")
     return s
 
 
@@ -526,6 +555,10 @@ def main(argv=None) -> int:
     print(f"STREAM (same run, OpenMP C, best of {stream_reps}): triad {bw['triad']:.1f} GB/s, "
           f"copy {bw['copy']:.1f} GB/s, read-only sum {bw['sum']:.1f} GB/s; "
           f"%BW columns are fractions of the triad (measured again at the end)", flush=True)
+    rates = peak.measure()
+    print(f"multiply-add peak (same run, OpenMP C, best of 5): float32 {rates['f32']:.0f} GFLOP/s, "
+          f"float64 {rates['f64']:.0f} GFLOP/s; the conv layer's kernels are given as shares "
+          f"of it (measured again at the end)", flush=True)
     for name, avail in (("jax", None if args.no_jax else frameworks.jax_available(x64=True)),
                         ("torch", None if args.no_torch else frameworks.torch_available())):
         if avail is None:
@@ -562,8 +595,13 @@ def main(argv=None) -> int:
     best = max(bw["triad"], bw_end["triad"])
     print(f"STREAM triad at the end: {bw_end['triad']:.1f} GB/s; the %BW columns use "
           f"{best:.1f} GB/s, the better of start and end")
+    rates_end = peak.measure()
+    best_rates = {dt: max(rates[dt], rates_end[dt]) for dt in rates}
+    print(f"multiply-add peak at the end: float32 {rates_end['f32']:.0f} GFLOP/s, float64 "
+          f"{rates_end['f64']:.0f} GFLOP/s; the shares use the better of start and end")
     for res in results:
         add_bandwidth(res, best)
+        add_peak(res, best_rates)
         print()
         print(format_case(res))
     print()
@@ -577,7 +615,7 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"command": cmd, "machine": machine_info(), "stream": bw,
-                       "stream_end": bw_end, "cold": cold,
+                       "stream_end": bw_end, "peak": rates, "peak_end": rates_end, "cold": cold,
                        "results": results, "total_s": total}, f, indent=1)
     return 0
 

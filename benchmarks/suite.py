@@ -86,6 +86,11 @@ class Case:
     shape: str
     fwd_bytes: int
     grad_bytes: int
+    # multiply-adds, counted where they outweigh the traffic (the conv layer; else 0):
+    # two operations each; the gradient's are the forward's again (its recompute) and one
+    # contraction of the same size per argument (d_w, d_x)
+    fwd_flops: int = 0
+    grad_flops: int = 0
 
     @property
     def title(self) -> str:
@@ -161,15 +166,19 @@ def make_case(bench: str, size: int, dtype: str, seed: int = 0) -> Case:
     inputs = make_inputs(bench, shape, dtype, np.random.default_rng(seed))
     E = np.dtype(NP[dtype]).itemsize
     wrt = BENCHES[bench][2]
+    fwd_flops = grad_flops = 0
     if bench.startswith("conv"):
         x, w, y = inputs
         fwd = (x.size + y.size) * E
         grad = fwd + (x.size * E if "x" in wrt else 0)
+        fwd_flops = 2 * y.size * w[0].size
+        grad_flops = fwd_flops * (1 + len(wrt))
     else:
         S = inputs[0].size
         fwd = 2 * S * E
         grad = 2 * S * E if wrt == ("f",) else 3 * S * E
-    return Case(bench, size, dtype, inputs, shape_str(bench, shape), fwd, grad)
+    return Case(bench, size, dtype, inputs, shape_str(bench, shape), fwd, grad, fwd_flops,
+                grad_flops)
 
 
 # ---------------------------------------------------------------------------

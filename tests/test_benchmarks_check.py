@@ -79,6 +79,65 @@ def test_report_shares_of_the_triad(tmp_path):
     assert proc.returncode == 0 and "REPORT-OK" in proc.stdout, proc.stdout + proc.stderr
 
 
+PEAK_SCRIPT = textwrap.dedent('''
+    import os
+    import run, peak, suite
+
+    # chains sized for the unit: half its registers, each a vector of lanes
+    os.environ["POLYAD_VECTOR_UNIT"] = "256x16"
+    assert peak.lanes() == {"f32": 64, "f64": 32}
+    os.environ["POLYAD_VECTOR_UNIT"] = "512x32"
+    assert peak.lanes() == {"f32": 256, "f64": 128}
+    del os.environ["POLYAD_VECTOR_UNIT"]
+    rates = peak.measure(repeats=2, seconds=0.01)
+    assert set(rates) == {"f32", "f64"} and all(0 < r < 1e6 for r in rates.values()), rates
+
+    # the conv layer counts its multiply-adds: 2 operations for each of B * CO * H * W
+    # outputs of CI * 9 taps; the gradient wrt w and x three times that, wrt w alone twice
+    case = suite.make_case("conv", 64, "f32")
+    assert case.fwd_flops == 2 * (4 * 8 * 16 * 16) * (4 * 9), case.fwd_flops
+    assert case.grad_flops == 3 * case.fwd_flops
+    assert suite.make_case("conv_w", 64, "f32").grad_flops == 2 * case.fwd_flops
+    assert suite.make_case("tv", 64, "f32").fwd_flops == 0
+
+    # 100 GFLOP/s of peak; polyad's forward of 1 GFLOP in 40 ms (25 %), its gradient of
+    # 3 GFLOP in 100 ms (30 %): g/f 2.5 would need 1.2x the forward's share, it has 1.2x
+    def row(impl, fwd, grad):
+        return {"impl": impl, "note": "", "fwd": fwd, "grad": grad, "fwd_na": None,
+                "grad_na": None, "err_fwd": 0.0, "err_grad": 0.0, "first_s": 0.0,
+                "fwd_ratio": 1.0, "grad_ratio": 1.0, "grad_over_fwd": grad / fwd,
+                "fwd_gbs": 1.0, "grad_gbs": 1.0}
+    res = {"bench": "conv", "title": "t", "size": 2048, "dtype": "f32",
+           "shape": "B=4 4->8ch 512x512", "fwd_bytes": 50e6, "grad_bytes": 60e6,
+           "fwd_flops": 1e9, "grad_flops": 3e9,
+           "rows": [row("hand-written C", 0.05, 0.2), row("polyad", 0.04, 0.1)]}
+    run.add_bandwidth(res, 20.0)
+    run.add_peak(res, {"f32": 100.0, "f64": 50.0})
+    polyad = res["rows"][1]
+    assert abs(polyad["fwd_peak"] - 0.25) < 1e-12 and abs(polyad["grad_peak"] - 0.3) < 1e-12
+    text = run.format_case(res)
+    assert ("multiply-adds: fwd 500 M, grad 1500 M (3x); of the f32 multiply-add peak "
+            "(100 GFLOP/s, this run): hand-written C fwd 20%, grad 15%; polyad fwd 25%, "
+            "grad 30%") in text, text
+    line = run.conv_targets(res)
+    assert ("grad/fwd = 2.50 (PASS <= 2.5) (its multiply-adds 3x the forward's: 2.5 asks for "
+            "1.20x the forward's share of the peak; it has 1.20x)") in line, line
+    print("PEAK-OK")
+''')
+
+
+def test_report_shares_of_the_multiply_add_peak(tmp_path):
+    """The conv layer's kernels as shares of the multiply-add peak measured in the same
+    run, and what its grad/fwd target asks of the gradient's share."""
+    env = dict(os.environ)
+    env["POLYAD_BENCH_BUILD_DIR"] = str(tmp_path / "build")
+    env["PYTHONPATH"] = os.pathsep.join([os.path.join(REPO_ROOT, "benchmarks"), REPO_ROOT]
+                                        + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    proc = subprocess.run([sys.executable, "-c", PEAK_SCRIPT], env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0 and "PEAK-OK" in proc.stdout, proc.stdout + proc.stderr
+
+
 def _run_flags(tmp_path, *args):
     env = dict(os.environ, POLYAD_CACHE_DIR=str(tmp_path / "cache"))
     env["PYTHONPATH"] = os.pathsep.join([REPO_ROOT] + ([env["PYTHONPATH"]]
