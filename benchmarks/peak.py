@@ -25,7 +25,7 @@ double peak_f64(int64_t n);
 
 BITS = {"f32": 32, "f64": 64}
 
-_lib = None
+_built = None
 
 
 def lanes() -> dict:
@@ -35,20 +35,21 @@ def lanes() -> dict:
     return {dt: unit.registers // 2 * max(1, unit.bits // bits) for dt, bits in BITS.items()}
 
 
-def _peak_lib() -> cbuild.CLib:
-    """``peak.c``, built for the host and loaded once per process."""
-    global _lib
-    if _lib is None:
+def _peak_lib() -> tuple:
+    """(``peak.c`` built for the host and loaded, its chains per thread by dtype), once
+    per process."""
+    global _built
+    if _built is None:
         n = lanes()
-        _lib = cbuild.CLib(cbuild.HERE / "peak.c", CDEF,
-                           defines=(f"PEAK_LANES_F32={n['f32']}", f"PEAK_LANES_F64={n['f64']}"))
-    return _lib
+        _built = (cbuild.CLib(cbuild.HERE / "peak.c", CDEF, defines=(
+            f"PEAK_LANES_F32={n['f32']}", f"PEAK_LANES_F64={n['f64']}")).lib, n)
+    return _built
 
 
 def measure(repeats: int = 5, seconds: float = 0.05) -> dict:
     """Best-of-``repeats`` GFLOP/s of multiply-adds on every thread; keys 'f32', 'f64'.
     Each repeat runs about ``seconds``."""
-    lib, n = _peak_lib().lib, lanes()
+    lib, n = _peak_lib()
     best = {}
     for dt, fn in (("f32", lib.peak_f32), ("f64", lib.peak_f64)):
         steps = 1000
@@ -71,7 +72,7 @@ def measure(repeats: int = 5, seconds: float = 0.05) -> dict:
 
 if __name__ == "__main__":
     rates = measure()
-    n = lanes()
-    print(f"multiply-add peak, {_peak_lib().lib.peak_threads()} threads, {n['f32']} float32 / "
+    lib, n = _peak_lib()
+    print(f"multiply-add peak, {lib.peak_threads()} threads, {n['f32']} float32 / "
           f"{n['f64']} float64 chains per thread ({host_vector_unit()}): float32 "
           f"{rates['f32']:.1f} GFLOP/s, float64 {rates['f64']:.1f} GFLOP/s")
