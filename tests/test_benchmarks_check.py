@@ -67,16 +67,22 @@ REPORT_SCRIPT = textwrap.dedent('''
 ''')
 
 
-def test_report_shares_of_the_triad(tmp_path):
-    """The gradients' shares of the run's best triad and of the triad timed in their own
-    rounds, in the table's line and in issue #10's target line."""
+def _run_with_benchmarks(tmp_path, script: str, ok: str) -> None:
+    """Run ``script`` in a fresh interpreter that imports the benchmarks' modules (their
+    C built into ``tmp_path``); it must print ``ok``."""
     env = dict(os.environ)
     env["POLYAD_BENCH_BUILD_DIR"] = str(tmp_path / "build")
     env["PYTHONPATH"] = os.pathsep.join([os.path.join(REPO_ROOT, "benchmarks"), REPO_ROOT]
                                         + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    proc = subprocess.run([sys.executable, "-c", REPORT_SCRIPT], env=env, capture_output=True,
+    proc = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=300)
-    assert proc.returncode == 0 and "REPORT-OK" in proc.stdout, proc.stdout + proc.stderr
+    assert proc.returncode == 0 and ok in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_report_shares_of_the_triad(tmp_path):
+    """The gradients' shares of the run's best triad and of the triad timed in their own
+    rounds, in the table's line and in issue #10's target line."""
+    _run_with_benchmarks(tmp_path, REPORT_SCRIPT, "REPORT-OK")
 
 
 PEAK_SCRIPT = textwrap.dedent('''
@@ -129,13 +135,7 @@ PEAK_SCRIPT = textwrap.dedent('''
 def test_report_shares_of_the_multiply_add_peak(tmp_path):
     """The conv layer's kernels as shares of the multiply-add peak measured in the same
     run, and what its grad/fwd target asks of the gradient's share."""
-    env = dict(os.environ)
-    env["POLYAD_BENCH_BUILD_DIR"] = str(tmp_path / "build")
-    env["PYTHONPATH"] = os.pathsep.join([os.path.join(REPO_ROOT, "benchmarks"), REPO_ROOT]
-                                        + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    proc = subprocess.run([sys.executable, "-c", PEAK_SCRIPT], env=env, capture_output=True,
-                          text=True, timeout=300)
-    assert proc.returncode == 0 and "PEAK-OK" in proc.stdout, proc.stdout + proc.stderr
+    _run_with_benchmarks(tmp_path, PEAK_SCRIPT, "PEAK-OK")
 
 
 def _run_flags(tmp_path, *args):
