@@ -12,8 +12,10 @@ gradient times of each contender, their ratios to the hand-written C
 measured in the same run, the gradient/forward ratio, the achieved
 bandwidth (bytes that must minimally move / median time) and its fraction
 of the STREAM triad bandwidth (the better of the run's start and end), the
-gradients' fractions of a triad timed in the case's own rounds, and the
-error of each result against a float64 reference.  See benchmarks/README.md.
+gradients' fractions of a triad timed in the case's own rounds, for the conv
+layer each kernel's share of the multiply-add peak (``peak.py``, measured at
+the run's start and end like the triad), and the error of each result
+against a float64 reference.  See benchmarks/README.md.
 """
 
 from __future__ import annotations
