@@ -56,8 +56,8 @@ def measure(repeats: int = 5, seconds: float = 0.05) -> dict:
         while True:  # enough steps for a measurable time
             t = time.perf_counter()
             fn(steps)
-            dt_s = time.perf_counter() - t
-            if dt_s > seconds / 4 or steps > 1 << 34:
+            elapsed = time.perf_counter() - t
+            if elapsed > seconds / 4 or steps > 1 << 34:
                 break
             steps *= 4
         rates = []
