@@ -1009,13 +1009,15 @@ BUG_EXCEPTIONS = (TypeError, KeyError, IndexError, AttributeError, AssertionErro
 
 
 @contextlib.contextmanager
-def internal_errors(stage: str, kernel: Kernel):
+def internal_errors(stage: str, kernel: Kernel, also: tuple = ()):
     """Turn a bug escaping ``stage`` (e.g. "scheduling") of ``kernel`` into an
     ``InternalError`` naming the kernel and the DSL statement being processed: the
-    innermost frame of the traceback that holds a ``Statement`` names it."""
+    innermost frame of the traceback that holds a ``Statement`` names it. ``also``:
+    exception types beyond ``BUG_EXCEPTIONS`` that mean a bug in this stage (a later
+    stage's library's, e.g. ``isl.Error``)."""
     try:
         yield
-    except BUG_EXCEPTIONS as err:
+    except BUG_EXCEPTIONS + tuple(also) as err:
         st = _statement_of(err.__traceback__)
         raise InternalError(stage, kernel.name, kernel.filename or "<unknown>",
                             st.line if st is not None and st.line else kernel.line,

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
+import islpy as isl
+
 from . import ir
 from .errors import ArgumentError
 from .progress import StageClock
@@ -30,6 +32,11 @@ from .version import __version__ as POLYAD_VERSION
 log = logging.getLogger("polyad")
 
 SANITIZERS = (None, "address")
+
+# ISL failing on the sets and maps the stages build from a kernel the frontend accepted
+# is a bug of polyad's (an input ISL rejects, or an ISL limit not contained): raised as
+# ``pa.InternalError`` naming the stage, like the stages' own bugs.
+ISL_FAILURES = (isl.Error,)
 
 
 @dataclass(frozen=True)
@@ -234,7 +241,7 @@ def compile_kernel(ir_kernel: ir.Kernel, options: Options = Options(),
     """
     target = get_target(options.target)
     clock = StageClock(ir_kernel.name)
-    with ir.internal_errors("scheduling", ir_kernel):
+    with ir.internal_errors("scheduling", ir_kernel, also=ISL_FAILURES):
         if scheduled is None:
             scheduled = schedule_kernel(
                 ir_kernel, lambda cand: target.score(target.plan(cand, options)), clock,
@@ -244,9 +251,11 @@ def compile_kernel(ir_kernel: ir.Kernel, options: Options = Options(),
                 tile=options.tile if getattr(target, "unit_stride_schedule", False) else False,
                 fuse=options.fuse if getattr(target, "fuses_pipelines", False) else False)
     n = len(scheduled.kernel.statements)
-    with clock.stage("plan", n), ir.internal_errors(f"planning ({options.target})", ir_kernel):
+    with clock.stage("plan", n), ir.internal_errors(f"planning ({options.target})", ir_kernel,
+                                                         also=ISL_FAILURES):
         plan = target.plan(scheduled, options)
-    with clock.stage("emit", n), ir.internal_errors(f"emitting ({options.target})", ir_kernel):
+    with clock.stage("emit", n), ir.internal_errors(f"emitting ({options.target})", ir_kernel,
+                                                         also=ISL_FAILURES):
         source = target.emit(plan)
         signature = target.signature(scheduled.kernel)
     clock.close()

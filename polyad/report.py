@@ -167,6 +167,16 @@ def _access_list(st: ir.Statement) -> tuple[list[Load], list[Load]]:
     return reads, writes
 
 
+def _why_unscheduled(st: ir.Statement, sk: ScheduledKernel, model: PolyModel) -> str:
+    """Why no piece of ``st`` reached the schedule."""
+    if model.domain(st).is_empty():
+        return "it never runs: its conditions hold for no iteration"
+    if any(n == st.name or n.startswith(st.name + "_") for n in sk.removed_statements):
+        return ("removed as dead: nothing the kernel writes out or returns depends on it, "
+                "or it adds zero")
+    return "every write falls outside a .zero array"
+
+
 def _show(obj, model: PolyModel) -> str:
     """ISL text of a set or relation, without the constraints every size satisfies."""
     return str(obj.gist_params(model.context))
@@ -199,6 +209,7 @@ def _statements(k: ir.Kernel, sk: ScheduledKernel) -> list[dict]:
             "scalar_reads": sorted(n for n in st.scalar_reads() if n in local_names),
             "scalar_writes": [t.name] if isinstance(t, ScalarRef) else [],
             "pieces": [_piece(sk, p) for p in pieces[st.name]],
+            "unscheduled": None if pieces[st.name] else _why_unscheduled(st, sk, model),
             "scatter_to_gather": {n: why for n, why in sorted(sk.gather_decisions.items())
                                   if any(p.piece_of(n) for p in pieces[st.name])},
             "loop_order": sk.loop_orders.get(st.name),
@@ -455,7 +466,7 @@ def _text(d: dict) -> str:
         if len(pieces) != 1 or pieces[0]["name"] != st["name"] or pieces[0]["ir"] != st["ir"]:
             lines.append(f"    scheduled as {len(pieces)} piece(s)"
                          + (" (boundary modes / scatter-to-gather split the domain):"
-                            if pieces else " (every write falls outside a .zero array)"))
+                            if pieces else f" ({st['unscheduled']})"))
             for p in pieces:
                 lines.append(f"      {p['name']}: {p['ir']}")
                 lines.append(f"        domain {p['domain']}")

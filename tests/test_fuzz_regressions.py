@@ -986,3 +986,60 @@ def test_a_nest_that_runs_a_dependence_backwards_is_named():
     assert cand.runs_backwards.startswith("flow dependence of 'x'"), cand.runs_backwards
     one_nest = _candidate(sk.schedule, sk.kernel, sk.model, sk.deps, separate=False)
     assert one_nest.runs_backwards == ""
+
+
+@pa.kernel
+def never_runs_then_dead(x0: pa.f64[N].mirror, x1: pa.f64[N + 3, N + 1],
+                         y0: pa.Out(pa.f64[N + 1]), s: pa.f64):
+    t0 = pa.zeros(pa.f64[2 * N])
+    for i in range(1, N, 2):
+        if i % 2 == 0:
+            y0[i] *= (s * (3.0 + x1[i + 2, i]))
+    for i in range(N):
+        t0[i] += x0[i + 1]
+        t0[i] -= (t0[i] - (t0[2 * i] * x0[i + 1]))
+
+
+@pa.kernel
+def only_statement_never_runs(x: pa.f64[N], y: pa.f64[N]):
+    for i in range(1, N, 2):
+        if i % 2 == 0:
+            y[i] = x[i] * 2.0
+
+
+def test_a_statement_that_never_runs_is_dropped(tmp_path, monkeypatch):
+    """Fuzz seed 17437: the only statement left after dead-code elimination ran under
+    ``if i % 2 == 0`` in a loop over odd ``i``; its empty domain reached the program-order
+    schedule, and ISL's ``isl_multi_union_pw_aff_from_union_map`` failed on it (an
+    ``isl.Error`` out of ``pa.compile``). Such a statement is dead: the kernel runs as if
+    it were not there, and so does its vjp."""
+    monkeypatch.setenv("POLYAD_CACHE_DIR", str(tmp_path))
+    rng = np.random.default_rng(17437)
+    for n in (3, 4, 6):
+        x0, x1, s = rng.uniform(-1, 1, n), rng.uniform(-1, 1, (n + 3, n + 1)), 0.5
+        np.testing.assert_array_equal(never_runs_then_dead(x0, x1, s=s), np.zeros(n + 1))
+        x, y = rng.uniform(-1, 1, n), rng.uniform(-1, 1, n)
+        want = y.copy()
+        only_statement_never_runs(x, y)
+        np.testing.assert_array_equal(y, want)
+    assert "scheduled as 0 piece(s) (it never runs" in pa.explain(only_statement_never_runs)
+    assert "scheduled as 0 piece(s) (removed as dead" in pa.explain(never_runs_then_dead)
+    d_x1 = pa.vjp(never_runs_then_dead, "x1")(
+        rng.uniform(-1, 1, 4), rng.uniform(-1, 1, (7, 5)), s=0.5, y0_bar=np.ones(5))
+    np.testing.assert_array_equal(d_x1, np.zeros((7, 5)))
+
+
+def test_an_isl_failure_in_a_stage_is_an_internal_error(tmp_path, monkeypatch):
+    """An ``isl.Error`` escaping a stage (as seed 17437's did) is a bug of polyad's: it
+    is raised as ``pa.InternalError`` naming the stage and the kernel, the ISL error
+    chained, not as islpy's own exception."""
+    from polyad.schedule import build
+
+    def fail(model):
+        raise isl.Error("simulated failure")
+    monkeypatch.setattr(build, "_program_order_schedule", fail)
+    monkeypatch.setenv("POLYAD_CACHE_DIR", str(tmp_path))
+    with pytest.raises(pa.InternalError) as info:
+        pa.compile(doubling_chain)
+    assert "internal error in polyad while scheduling kernel 'doubling_chain'" in str(info.value)
+    assert isinstance(info.value.__cause__, isl.Error)

@@ -57,23 +57,26 @@ def remove_dead_statements(kernel: ir.Kernel, model: Optional[PolyModel] = None)
         -> tuple[ir.Kernel, tuple[str, ...]]:
     """The kernel without dead statements, and the names of those removed.
 
-    Live: statements that write a parameter array or the returned value, and
-    every statement whose value flows (transitively) into a live one.
+    Live: statements that run (a nonempty domain) and write a parameter array or the
+    returned value, and every statement whose value flows (transitively) into a live
+    one. A statement that never runs (``if i % 2 == 0`` in a loop over odd ``i``) is
+    dead whatever it writes: no schedule of it exists to build.
     """
     temps = {t.name for t in kernel.temps}
     result = kernel.result[0] if kernel.result is not None else None
+    model = model_of(kernel, model)
 
     def is_root(st: ir.Statement) -> bool:
         t = st.target
         return t.array not in temps if isinstance(t, Load) else t.name == result
 
-    live = {st.name for st in kernel.statements if is_root(st)}
+    runs = {st.name for st in kernel.statements if not model.domain(st).is_empty()}
+    live = {st.name for st in kernel.statements if is_root(st) and st.name in runs}
     if len(live) == len(kernel.statements):
         return kernel, ()
     # Only values of locals and temporaries can be dead: their flow is all we need.
     private = temps | {n for n, _ in kernel.locals}
-    edges = _flow_edges(dependences(model_of(kernel, model), variables=private,
-                                    flow_only=frozenset(private)))
+    edges = _flow_edges(dependences(model, variables=private, flow_only=frozenset(private)))
     changed = True
     while changed:
         changed = False
