@@ -717,3 +717,49 @@ def test_loop_is_not_split_when_its_tail_writes_what_other_iterations_read():
     assert sk.gather_decisions["S0"].startswith("scatter: it reads a, written")
     for n in (1, 2, 3, 4, 9):
         _run_both(zeroing_ahead, n, 2)
+
+
+def test_union_of_is_the_union_of_its_parts():
+    """``poly.union_of`` (unions by halves, not one part at a time) gives the union of
+    any number of parts, and the empty value it is given for none."""
+    import islpy as isl
+    from polyad.poly import union_of
+    ctx = isl.Context()
+    parts = [isl.UnionMap.read_from_str(ctx, f"[N] -> {{ S{k % 4}[i] -> T{k % 3}[i + {k}] : "
+                                             f"0 <= i < N }}") for k in range(11)]
+    empty = isl.UnionMap.read_from_str(ctx, "[N] -> { }")
+    one_by_one = empty
+    for p in parts:
+        one_by_one = one_by_one.union(p)
+    for n in range(len(parts) + 1):
+        want = empty
+        for p in parts[:n]:
+            want = want.union(p)
+        assert union_of(parts[:n], empty).is_equal(want)
+    assert union_of(parts, empty).is_equal(one_by_one)
+    assert union_of([], empty) is empty
+
+
+@pa.kernel
+def scaled_update(x: pa.f64[N], y: pa.f64[N], s: pa.f64):
+    for i in range(N):
+        y[i] += s * x[i]
+
+
+def test_what_a_statement_reads_is_answered_alike_every_time():
+    """``Statement.reads`` and the name queries keep their answers per statement: a
+    caller that extends the list it got changes no later answer, and a new statement
+    (``dataclasses.replace``) answers for its own expressions."""
+    import dataclasses
+    (st,) = scaled_update.ir.statements
+    first = st.reads()
+    first.append(first[0])
+    assert st.reads() == first[:-1]
+    assert st.reads_variable("x") and st.reads_variable("s") and not st.reads_variable("y")
+    assert st.read_names() == {"x", "s", "y"}  # y: the implicit read of its += target
+    names = st.scalar_reads()
+    names.add("z")
+    assert st.scalar_reads() == {"s"}
+    other = dataclasses.replace(st, expr=ir.Const(1.0, st.target.dtype))
+    assert not other.reads_variable("x") and not other.reads_variable("s")
+    assert other.read_names() == {"y"}
