@@ -35,7 +35,7 @@ import islpy as isl
 from .. import ir
 from ..ir import Load
 from ..looptree import Leaf
-from ..poly import PolyModel, boundary_access_map, isl_name
+from ..poly import PolyModel, boundary_access_map, isl_name, union_of
 
 
 class RecordedSets:
@@ -73,9 +73,8 @@ class RecordedSets:
         return self.model.domain(self.stmt[lf.index])
 
     def _sched_of(self, lfs) -> isl.UnionMap:
-        dom = isl.UnionSet.empty(self.model.context.get_space())
-        for lf in lfs:
-            dom = dom.union(self.domain(lf).to_union_set())
+        dom = union_of([self.domain(lf).to_union_set() for lf in lfs],
+                       isl.UnionSet.empty(self.model.context.get_space()))
         return self.sched.intersect_domain(dom)
 
     def later_writes(self, lf: Leaf, ld: Load) -> isl.UnionMap:
@@ -86,9 +85,8 @@ class RecordedSets:
         space = self.model.context.get_space()
         ws = self.writers.get(ld.array, [])
         read = self.access(lf, ld).to_union_map()
-        writes = isl.UnionMap.empty(space)
-        for w in ws:
-            writes = writes.union(self.access(w, w.stmt.target).to_union_map())
+        writes = union_of([self.access(w, w.stmt.target).to_union_map() for w in ws],
+                          isl.UnionMap.empty(space))
         pairs = read.apply_range(writes.reverse())
         order = self._sched_of([lf]).lex_lt_union_map(self._sched_of(ws))
         if any(w is lf for w in ws):   # S(i) writes after it reads

@@ -18,7 +18,7 @@ import islpy as isl
 from .. import ir
 from ..ir import Load, Loop
 from ..poly import (PolyModel, approximate, dependences, lower_dimensional, model_of,
-                    param_exprs, same_element, set_to_condition)
+                    param_exprs, same_element, set_to_condition, union_of)
 from .gather import array_conflicts_carried, accessed_names
 from .nests import (common_depth, fresh_statement_name, loop_nests, rows_selected_by_loops,
                     selected_by_loops)
@@ -457,13 +457,13 @@ def _first_instances(model: PolyModel, schedule: isl.UnionMap, after: list,
                      candidates: list, array: str) -> list:
     """(update, the instances of it that reach their element first among ``after``'s
     accesses to ``array``) for the candidates with some such instance."""
-    accesses = isl.UnionMap.empty(model.context.get_space())
-    domains = isl.UnionSet.empty(model.context.get_space())
-    for st in after:
-        domains = domains.union(model.domain(st).to_union_set())
-        for ld in st.reads() + [st.target]:
-            if isinstance(ld, Load) and ld.array == array:
-                accesses = accesses.union(model.access_map(st, ld).to_union_map())
+    space = model.context.get_space()
+    accesses = union_of([model.access_map(st, ld).to_union_map() for st in after
+                         for ld in st.reads() + [st.target]
+                         if isinstance(ld, Load) and ld.array == array],
+                        isl.UnionMap.empty(space))
+    domains = union_of([model.domain(st).to_union_set() for st in after],
+                       isl.UnionSet.empty(space))
     order = schedule.intersect_domain(domains)
     before = order.lex_lt_union_map(order)
     out = []
