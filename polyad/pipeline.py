@@ -18,10 +18,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Optional
 
-import islpy as isl
-
 from . import ir
 from .errors import ArgumentError
+from .poly import ISL_FAILURES
 from .progress import StageClock
 from .recent import Recent
 from .runtime import toolchain
@@ -32,11 +31,6 @@ from .version import __version__ as POLYAD_VERSION
 log = logging.getLogger("polyad")
 
 SANITIZERS = (None, "address")
-
-# ISL failing on the sets and maps the stages build from a kernel the frontend accepted
-# is a bug of polyad's (an input ISL rejects, or an ISL limit not contained): raised as
-# ``pa.InternalError`` naming the stage, like the stages' own bugs.
-ISL_FAILURES = (isl.Error,)
 
 
 @dataclass(frozen=True)

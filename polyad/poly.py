@@ -49,6 +49,12 @@ from .ir import (Binary, Call, Cast, Condition, Const, Expr, Load, LoopVar, Scal
                  Statement, Unary)
 from .recent import Recent
 
+# ISL failing on the sets and maps a stage builds from a kernel the frontend accepted is a
+# bug of polyad's (an input ISL rejects, or an ISL limit not contained): the stages raise
+# it as ``pa.InternalError`` naming the stage (``ir.internal_errors(..., also=...)``), like
+# their own bugs. The analyses that fall back on ISL's failure catch it inside.
+ISL_FAILURES = (isl.Error,)
+
 # Words the ISL parser reserves; DSL names equal to one of these get a suffix.
 _ISL_WORDS = {"and", "or", "not", "mod", "floor", "ceil", "min", "max", "exists", "true",
               "false", "infty", "NaN", "implies", "xor", "domain", "range", "params", "cond"}

@@ -1043,3 +1043,18 @@ def test_an_isl_failure_in_a_stage_is_an_internal_error(tmp_path, monkeypatch):
         pa.compile(doubling_chain)
     assert "internal error in polyad while scheduling kernel 'doubling_chain'" in str(info.value)
     assert isinstance(info.value.__cause__, isl.Error)
+
+
+def test_an_isl_failure_while_differentiating_is_an_internal_error(monkeypatch):
+    """The same for the differentiating stage (its recorded-reads and checkpoint analyses
+    are ISL's too): an ``isl.Error`` escaping the derivation is ``pa.InternalError``."""
+    from polyad.ad import reverse
+
+    def fail(self):
+        raise isl.Error("simulated failure")
+    monkeypatch.setattr(reverse._Reverse, "build", fail)
+    with pytest.raises(pa.InternalError) as info:
+        pa.vjp(doubling_chain, "x").ir
+    assert "internal error in polyad while differentiating kernel 'doubling_chain'" \
+        in str(info.value)
+    assert isinstance(info.value.__cause__, isl.Error)

@@ -31,6 +31,7 @@ from ..errors import NotDifferentiableError
 from ..ir import Binary, Expr, Load, Loop, LoopVar, ScalarRef, Statement
 from ..looptree import Item, Leaf, LoopItem, Node, build_tree, filter_items, flatten, item_of, \
     tree_items, walk_items
+from ..poly import ISL_FAILURES
 from . import exprs as X
 from .activity import all_reads, analyze, diff_reads, target_name
 from .funcs import FuncLibrary
@@ -812,7 +813,7 @@ def _dead_code(items: list, keep: set) -> list:
 def _build(derivation: "_Reverse") -> ir.Kernel:
     """The derived kernel; a bug escaping the derivation is an InternalError (the arguments
     were checked when ``derivation`` was made)."""
-    with ir.internal_errors("differentiating", derivation.k):
+    with ir.internal_errors("differentiating", derivation.k, also=ISL_FAILURES):
         return derivation.build()
 
 
