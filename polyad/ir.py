@@ -565,15 +565,11 @@ class Statement:
         return tuple(out)
 
     @functools.cached_property
-    def _read_arrays(self) -> frozenset:
-        """The arrays ``exprs()`` reads (not a ``+=`` target's implicit read)."""
-        return frozenset(x.array for e in self.exprs() for x in walk(e) if isinstance(x, Load))
-
-    @functools.cached_property
-    def _read_scalars(self) -> frozenset:
-        """The scalars ``exprs()`` reads (not a ``+=`` target's implicit read)."""
-        return frozenset(x.name for e in self.exprs() for x in walk(e)
-                         if isinstance(x, ScalarRef))
+    def _variables_read(self) -> tuple[frozenset, frozenset]:
+        """(arrays, scalars) that ``exprs()`` reads (not a ``+=`` target's implicit read)."""
+        nodes = [x for e in self.exprs() for x in walk(e)]
+        return (frozenset(x.array for x in nodes if isinstance(x, Load)),
+                frozenset(x.name for x in nodes if isinstance(x, ScalarRef)))
 
     @property
     def target_name(self) -> str:
@@ -585,7 +581,8 @@ class Statement:
 
         (The implicit read of a ``+=`` target is not counted: see ``read_names``.)
         """
-        return name in self._read_arrays or name in self._read_scalars
+        arrays, scalars = self._variables_read
+        return name in arrays or name in scalars
 
     def accesses(self, name: str) -> bool:
         """Does the statement read or write array or scalar ``name``?"""
@@ -593,13 +590,13 @@ class Statement:
 
     def read_names(self) -> set[str]:
         """Every array and scalar the statement reads (a ``+=`` target included)."""
-        names = self.scalar_reads() | self._read_arrays
+        names = self.scalar_reads() | self._variables_read[0]
         if isinstance(self.target, Load) and self.op != "=":
             names.add(self.target.array)
         return names
 
     def scalar_reads(self) -> set[str]:
-        names = set(self._read_scalars)
+        names = set(self._variables_read[1])
         if isinstance(self.target, ScalarRef) and self.op != "=":
             names.add(self.target.name)
         return names

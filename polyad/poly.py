@@ -867,7 +867,8 @@ def _by_variable(umap: isl.UnionMap) -> dict[str, isl.UnionMap]:
     parts: dict[str, list] = {}
     umap.foreach_map(lambda m: parts.setdefault(m.get_tuple_name(isl.dim_type.out), [])
                      .append(m.to_union_map()))
-    return {name: union_of(maps, None) for name, maps in parts.items()}
+    return {name: union_of(maps, isl.UnionMap.empty(umap.get_space()))
+            for name, maps in parts.items()}
 
 
 def same_element(sources: isl.UnionMap, sinks: isl.UnionMap) -> isl.UnionMap:
