@@ -13,8 +13,9 @@ import numpy as np
 import pytest
 
 import polyad as pa
+from polyad import ir
 from polyad.pipeline import Options, artifact_of
-from polyad.schedule.fusion import CHUNK_ROWS, chunks_balanced
+from polyad.schedule.fusion import CHUNK_ROWS, chunks_balanced, row_streams
 from polyad.testing import interpret
 
 from ad_helpers import assert_close, fd_grad, run_reference, scalar_fn
@@ -114,24 +115,75 @@ def test_deconvolution_gradient_keeps_blur_rows_per_thread():
 
 
 def test_the_row_loops_of_a_fused_step_run_as_one_loop():
-    """``jam_row_loops``: in the fused deconvolution gradient's step the blur row (S2), the
-    residual row with its d_f sums (S3-S13) and the d_t row (S6-S14) run in one loop over
-    ``n``; the d_x row (S15-S24), which reads d_t two columns either side, keeps its own
-    loop (jammed, it would read columns of d_t not yet written)."""
+    """``jam_row_loops``: in the fused deconvolution gradient's step the blur row (S2) and
+    the residual row with its d_f sums (S3-S13) run in one loop over ``n`` (9 rows: x, 5
+    of t, y, d_r's, d_t's); the d_t row (S6-S14) keeps its own, which with them would
+    walk 13 rows (``ROW_STREAMS``); the d_x row (S15-S24), which reads d_t two columns
+    either side, keeps its own loop (jammed, it would read columns of d_t not yet
+    written)."""
     g = pa.grad(deconv_cost, wrt=["x", "f"])
     sk = artifact_of(g, Options(fuse=True)).scheduled
-    jams = [d for d in sk.schedule_decisions if d.startswith("jammed")]
+    jams = [d for d in sk.schedule_decisions if d.startswith(("jammed", "kept the row"))]
     assert jams == [
         "jammed the row loop of zero_d_t, S3, S4, S5, S7, S9, S11, S13 into that of S2 (loop n "
         "inside m): what one reads of the other is accessed in the same iteration",
-        "jammed the row loop of S6, S8, S10, S12, S14 into that of zero_d_t, S2, S3, S4, S5, "
-        "S7, S9, S11, S13 (loop n inside m): what one reads of the other is accessed in the "
-        "same iteration"], sk.schedule_decisions
+        "kept the row loop of S6, S8, S10, S12, S14 apart from that of zero_d_t, S2, S3, S4, "
+        "S5, S7, S9, S11, S13 (loop n inside m): as one loop they would walk 13 rows, more "
+        "than the 10 whose addresses stay in registers"], sk.schedule_decisions
     loops = {st.owner: st.position[:3] for st in sk.kernel.statements
              if st.loops and st.loops[0].var == "m_chunk"}
-    assert loops["S2"] == loops["S3"] == loops["S6"] != loops["S15"]
+    assert loops["S2"] == loops["S3"] != loops["S6"]
+    assert len({loops["S2"], loops["S6"], loops["S15"]}) == 3
+    step = [st for st in sk.kernel.statements if st.loops and st.loops[0].var == "m_chunk"
+            and len(st.loops) > 2]
+    assert len(row_streams([st for st in step if st.position[:3] == loops["S2"]])) == 9
+    assert len(row_streams([st for st in step if st.position[:3] in
+                            (loops["S2"], loops["S6"])])) == 13
     assert "jammed the row loop of zero_d_t" in pa.explain(g)
+    assert "kept the row loop of S6" in pa.explain(g)
     assert "jammed" not in pa.explain(g, fuse=False)
+
+
+def test_one_row_is_counted_once_however_its_index_is_written():
+    """``row_streams``: the same row written two ways is one; rows of a border piece fixed
+    along the step count only for an array no access walks with the step."""
+    m, n, two = ir.LoopVar("m"), ir.LoopVar("n"), ir.Const(2, ir.i64)
+    loops = (ir.Loop("c", ir.Const(0, ir.i64), ir.Const(4, ir.i64)),
+             ir.Loop("m", ir.Const(0, ir.i64), ir.SizeVar("M")),
+             ir.Loop("n", ir.Const(0, ir.i64), ir.SizeVar("N")))
+
+    def at(*index):
+        return tuple(ir.fold_integer_constants(i) for i in index)
+
+    def ring(e):
+        return ir.Binary("%", e, ir.Const(5, ir.i64), ir.i64)
+
+    def plus(a, b):
+        return ir.Binary("+", a, b, ir.i64)
+
+    def minus(a, b):
+        return ir.Binary("-", a, b, ir.i64)
+
+    def statement(name, target, *reads):
+        expr = reads[0]
+        for r in reads[1:]:
+            expr = ir.Binary("+", expr, r, ir.f64)
+        return ir.Statement(name=name, loops=loops, position=(0, 0, 0, 0), conditions=(),
+                            guard=None, target=target, op="=", expr=expr)
+
+    t = ir.Load("t_rows", at(ring(plus(m, ir.Const(4, ir.i64))), n), ir.f64)
+    same = ir.Load("t_rows", (ring(minus(plus(m, ir.Const(6, ir.i64)), two)),
+                              minus(n, ir.Const(1, ir.i64))), ir.f64)
+    other = ir.Load("t_rows", (ring(m), n), ir.f64)
+    border = ir.Load("t_rows", (ring(ir.Const(0, ir.i64)), n), ir.f64)
+    one_row = ir.Load("d_rows", (ir.Const(0, ir.i64), n), ir.f64)
+    x = ir.Load("x", (plus(m, two), plus(n, two)), ir.f64)
+    x_left = ir.Load("x", (plus(two, m), minus(n, two)), ir.f64)
+    f0 = ir.Load("f", (ir.Const(0, ir.i64),), ir.f64)
+    sts = [statement("A", t, x, x_left, f0), statement("B", one_row, same, other, border)]
+    assert row_streams(sts) == row_streams(sts[:1]) | row_streams([statement(
+        "C", one_row, other)])
+    assert len(row_streams(sts)) == 4  # x, t (m + 4), t (m), d_rows
 
 
 @pytest.mark.parametrize("kernel, jammed", [(deconv_cost, True),

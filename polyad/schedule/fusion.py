@@ -98,6 +98,15 @@ ROW_PAD_BYTES = 128
 # A rolling buffer inside a nest's outer loops (``fuse_rows_inside``) keeps at most this
 # many rows: a few rows of each channel stay in cache, a wide window's would not.
 ROLLING_ROWS = 8
+# A row loop of a fused step (``jam_row_loops``) walks at most this many rows, each an
+# address the C compiler keeps in a general register through the loop (``x[m + 4, n -
+# 2]`` and ``x[m + 4, n + 2]``: one row). x86-64 has 16, less the stack pointer, the
+# loop's iterator and bound and the scratch registers of the body. The deconvolution
+# gradient's step jammed into one loop walked 13 rows, and gcc reloaded 4-6 of their
+# addresses from the stack at every iteration; its d_t row (5 rows of d_r) in a loop of
+# its own, 9 and 6 rows, ran in 0.84-0.93 of the time at 2048^2 and 4096^2 in float32,
+# 0.96-0.97 in float64 (2 threads, C edited by hand, interleaved runs).
+ROW_STREAMS = 10
 
 
 def chunk_loop_vars(kernel: ir.Kernel) -> set:
@@ -444,24 +453,100 @@ def jam_row_loops(kernel: ir.Kernel, model: Optional[PolyModel] = None) \
     loop's own instances keep their order. The ``d_x`` loop, which reads ``d_t`` two
     columns either side, stays a loop of its own. Returns the kernel and one line per
     joined pair.
+
+    Two innermost loops that would walk more than ``ROW_STREAMS`` rows together stay
+    apart (a decision line says so): the addresses of their rows would not fit the
+    general registers. (Row loops around inner loops are joined without that limit:
+    their inner loops stay apart, each walking its own rows.)
     """
     decisions = []
     locals_ = {n for n, _ in kernel.locals}
     chunk_loops = chunk_loop_vars(kernel)
+    declined: set = set()
     while True:
         for first, second in _adjacent_row_loops(kernel, chunk_loops):
             if _names(first) & _names(second) & locals_:
                 continue
             if conflicts_across_iterations(model_of(kernel, model), first, second, 2, 3):
                 continue
+            where = f"(loop {first[0].loops[2].var} inside {first[0].loops[1].var})"
+            innermost = all(len(st.loops) == 3 for st in first + second)
+            rows = len(row_streams(first + second)) if innermost else 0
+            if rows > ROW_STREAMS:
+                pair = (_owners(first), _owners(second))
+                if pair not in declined:
+                    declined.add(pair)
+                    decisions.append(
+                        f"kept the row loop of {pair[1]} apart from that of {pair[0]} {where}: "
+                        f"as one loop they would walk {rows} rows, more than the "
+                        f"{ROW_STREAMS} whose addresses stay in registers")
+                continue
             kernel = _fused_at(kernel, first, second, 3)
             decisions.append(
                 f"jammed the row loop of {_owners(second)} into that of {_owners(first)} "
-                f"(loop {first[0].loops[2].var} inside {first[0].loops[1].var}): what one "
-                f"reads of the other is accessed in the same iteration")
+                f"{where}: what one reads of the other is accessed in the same iteration")
             break
         else:
             return kernel, decisions
+
+
+def row_streams(statements: list) -> set:
+    """The rows that a step's loop over the statements' row loop (their third and
+    innermost loop, inside the step loop, their second) walks: an array's elements whose indices other than
+    those naming the row loop's variable are the same affine values
+    (``t_rows[(m + 4) % 5, n - 1]`` and ``t_rows[(m + 2 + 2) % 5, n]`` are one row).
+    A row fixed along the step (``t_rows[0, n]``, ``t_rows[(M - 1) % 5, n]``) counts
+    only where no access walks the array's rows with the step (``d_t_rows[0, n]``, a
+    buffer of one row): beside moving rows, it is a clamped border's, read by the border
+    pieces in the steps where it stands for a moving row."""
+    moving, fixed = set(), set()
+    for st in statements:
+        var, step = st.loops[2].var, st.loops[1].var
+        accesses = st.reads() + ([st.target] if isinstance(st.target, Load) else [])
+        for access in accesses:
+            along = [ir.uses_loop_vars(ix, {var}) for ix in access.index]
+            if not any(along):
+                continue
+            row = (access.array, tuple(None if a else _affine_key(ix)
+                                       for ix, a in zip(access.index, along)))
+            moves = any(ir.uses_loop_vars(ix, {step})
+                        for ix, a in zip(access.index, along) if not a)
+            (moving if moves else fixed).add(row)
+    walked = {array for array, _ in moving}
+    return moving | {row for row in fixed if row[0] not in walked}
+
+
+def _affine_key(e: ir.Expr):
+    """A value equal for equal affine integer expressions of loop variables and sizes
+    (sums of terms with constant factors, ``//`` and ``%`` by constants), else ``e``."""
+    terms = _linear(e)
+    return e if terms is None else frozenset((k, c) for k, c in terms.items() if c)
+
+
+def _linear(e: ir.Expr) -> Optional[dict]:
+    """``e`` as {term: factor} (the constant's term ``1``), or None where not affine."""
+    if isinstance(e, Const) and not e.dtype.is_float:
+        return {1: int(e.value)}
+    if isinstance(e, (LoopVar, ir.SizeVar)):
+        return {e.name: 1}
+    if isinstance(e, ir.Unary) and e.op == "neg":
+        a = _linear(e.a)
+        return None if a is None else {k: -c for k, c in a.items()}
+    if not isinstance(e, Binary) or e.dtype.is_float:
+        return None
+    a, b = _linear(e.a), _linear(e.b)
+    if a is None or b is None:
+        return None
+    if e.op in ("+", "-"):
+        sign = 1 if e.op == "+" else -1
+        return {k: a.get(k, 0) + sign * b.get(k, 0) for k in a.keys() | b.keys()}
+    if e.op == "*" and (set(a) <= {1} or set(b) <= {1}):
+        factor, other = (a.get(1, 0), b) if set(a) <= {1} else (b.get(1, 0), a)
+        return {k: factor * c for k, c in other.items()}
+    if e.op in ("//", "%") and set(b) <= {1} and b.get(1, 0) > 0:
+        inner = frozenset((k, c) for k, c in a.items() if c)
+        return {(e.op, inner, b[1]): 1}
+    return None
 
 
 def _adjacent_row_loops(kernel: ir.Kernel, chunk_loops: set) -> list:
