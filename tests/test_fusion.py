@@ -145,8 +145,9 @@ def test_the_row_loops_of_a_fused_step_run_as_one_loop():
 
 
 def test_one_row_is_counted_once_however_its_index_is_written():
-    """``row_streams``: the same row written two ways is one; rows of a border piece fixed
-    along the step count only for an array no access walks with the step."""
+    """``row_streams``: the same row written three ways (``(m - 1) % 5`` is the slot of
+    ``(m + 4) % 5``) is one; rows of a border piece fixed along the step count only for
+    an array no access walks with the step."""
     m, n, two = ir.LoopVar("m"), ir.LoopVar("n"), ir.Const(2, ir.i64)
     loops = (ir.Loop("c", ir.Const(0, ir.i64), ir.Const(4, ir.i64)),
              ir.Loop("m", ir.Const(0, ir.i64), ir.SizeVar("M")),
@@ -175,12 +176,14 @@ def test_one_row_is_counted_once_however_its_index_is_written():
     same = ir.Load("t_rows", (ring(minus(plus(m, ir.Const(6, ir.i64)), two)),
                               minus(n, ir.Const(1, ir.i64))), ir.f64)
     other = ir.Load("t_rows", (ring(m), n), ir.f64)
+    congruent = ir.Load("t_rows", (ring(minus(m, ir.Const(1, ir.i64))), n), ir.f64)
     border = ir.Load("t_rows", (ring(ir.Const(0, ir.i64)), n), ir.f64)
     one_row = ir.Load("d_rows", (ir.Const(0, ir.i64), n), ir.f64)
     x = ir.Load("x", (plus(m, two), plus(n, two)), ir.f64)
     x_left = ir.Load("x", (plus(two, m), minus(n, two)), ir.f64)
     f0 = ir.Load("f", (ir.Const(0, ir.i64),), ir.f64)
-    sts = [statement("A", t, x, x_left, f0), statement("B", one_row, same, other, border)]
+    sts = [statement("A", t, x, x_left, f0),
+           statement("B", one_row, same, congruent, other, border)]
     assert row_streams(sts) == row_streams(sts[:1]) | row_streams([statement(
         "C", one_row, other)])
     assert len(row_streams(sts)) == 4  # x, t (m + 4), t (m), d_rows

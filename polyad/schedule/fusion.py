@@ -492,9 +492,10 @@ def jam_row_loops(kernel: ir.Kernel, model: Optional[PolyModel] = None) \
 
 def row_streams(statements: list) -> set:
     """The rows that a step's loop over the statements' row loop (their third and
-    innermost loop, inside the step loop, their second) walks: an array's elements whose indices other than
-    those naming the row loop's variable are the same affine values
-    (``t_rows[(m + 4) % 5, n - 1]`` and ``t_rows[(m + 2 + 2) % 5, n]`` are one row).
+    innermost loop, inside the step loop, their second) walks: an array's elements
+    whose indices other than those naming the row loop's variable are the same affine
+    values (``t_rows[(m + 4) % 5, n - 1]``, ``t_rows[(m + 2 + 2) % 5, n]`` and
+    ``t_rows[(m - 1) % 5, n]`` are one row).
     A row fixed along the step (``t_rows[0, n]``, ``t_rows[(M - 1) % 5, n]``) counts
     only where no access walks the array's rows with the step (``d_t_rows[0, n]``, a
     buffer of one row): beside moving rows, it is a clamped border's, read by the border
@@ -518,7 +519,8 @@ def row_streams(statements: list) -> set:
 
 def _affine_key(e: ir.Expr):
     """A value equal for equal affine integer expressions of loop variables and sizes
-    (sums of terms with constant factors, ``//`` and ``%`` by constants), else ``e``."""
+    (sums of terms with constant factors, ``//`` and ``%`` by constants; the constant
+    term of a ``%``'s operand taken modulo the divisor, as the value is), else ``e``."""
     terms = _linear(e)
     return e if terms is None else frozenset((k, c) for k, c in terms.items() if c)
 
@@ -544,6 +546,8 @@ def _linear(e: ir.Expr) -> Optional[dict]:
         factor, other = (a.get(1, 0), b) if set(a) <= {1} else (b.get(1, 0), a)
         return {k: factor * c for k, c in other.items()}
     if e.op in ("//", "%") and set(b) <= {1} and b.get(1, 0) > 0:
+        if e.op == "%":
+            a = {**a, 1: a.get(1, 0) % b[1]}
         inner = frozenset((k, c) for k, c in a.items() if c)
         return {(e.op, inner, b[1]): 1}
     return None
