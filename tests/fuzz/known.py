@@ -41,7 +41,7 @@ KNOWN = {
            "builds in 52 s; the vjp's pipeline 35 s (ISL scheduler 16 s, AST 13 s); with the "
            "vjp's and the deterministic builds the case runs past 300 s",
     # found with --cases 60 --seed 17740 --full (at 990f830; fails the same at 22fe486)
-    17743: "wrong value: at M = 4, N = 2 with 2 threads y0[2] is 0 where the reference "
+    17743: "wrong value: at M = 4, N = 2 (1 or 2 threads) y0[2] is 0 where the reference "
            "gives fz_f(1.5, t0[1, 1] - 2.0) (y0[i + 1] -= y0[i + 1], then y0[2 * i] += ..., "
            "in one loop over i that ISL's schedule runs in parallel); not investigated yet",
 }
