@@ -69,6 +69,7 @@ from typing import Optional
 import islpy as isl
 
 from .. import ir
+from ..ad.exprs import affine_form
 from ..ir import Binary, Condition, Const, Load, Loop, LoopVar, ScalarRef
 from ..poly import PolyModel, dependences, maps_of, model_of
 from .distribute import conflicts_across_iterations
@@ -518,39 +519,25 @@ def row_streams(statements: list) -> set:
 
 
 def _affine_key(e: ir.Expr):
-    """A value equal for equal affine integer expressions of loop variables and sizes
-    (sums of terms with constant factors, ``//`` and ``%`` by constants; the constant
-    term of a ``%``'s operand taken modulo the divisor, as the value is), else ``e``."""
-    terms = _linear(e)
-    return e if terms is None else frozenset((k, c) for k, c in terms.items() if c)
+    """A value equal for equal affine integer expressions (``ad.exprs.affine_form``; the
+    constant term of a ``%``'s operand taken modulo the divisor, as the value is), else
+    ``e``."""
+    form = affine_form(e)
+    if form is None:
+        return e
+    terms, const = form
+    return frozenset((_atom_key(atom), c) for atom, c in terms.items()), const
 
 
-def _linear(e: ir.Expr) -> Optional[dict]:
-    """``e`` as {term: factor} (the constant's term ``1``), or None where not affine."""
-    if isinstance(e, Const) and not e.dtype.is_float:
-        return {1: int(e.value)}
-    if isinstance(e, (LoopVar, ir.SizeVar)):
-        return {e.name: 1}
-    if isinstance(e, ir.Unary) and e.op == "neg":
-        a = _linear(e.a)
-        return None if a is None else {k: -c for k, c in a.items()}
-    if not isinstance(e, Binary) or e.dtype.is_float:
-        return None
-    a, b = _linear(e.a), _linear(e.b)
-    if a is None or b is None:
-        return None
-    if e.op in ("+", "-"):
-        sign = 1 if e.op == "+" else -1
-        return {k: a.get(k, 0) + sign * b.get(k, 0) for k in a.keys() | b.keys()}
-    if e.op == "*" and (set(a) <= {1} or set(b) <= {1}):
-        factor, other = (a.get(1, 0), b) if set(a) <= {1} else (b.get(1, 0), a)
-        return {k: factor * c for k, c in other.items()}
-    if e.op in ("//", "%") and set(b) <= {1} and b.get(1, 0) > 0:
-        if e.op == "%":
-            a = {**a, 1: a.get(1, 0) % b[1]}
-        inner = frozenset((k, c) for k, c in a.items() if c)
-        return {(e.op, inner, b[1]): 1}
-    return None
+def _atom_key(atom: ir.Expr):
+    """An atom of ``affine_form``: a variable, or ``//`` / ``%`` of an affine operand by a
+    constant, keyed by that operand's form."""
+    if not (isinstance(atom, Binary) and atom.op in ("//", "%")):
+        return atom
+    terms, const = affine_form(atom.a)
+    divisor = atom.b.value
+    return (atom.op, frozenset((_atom_key(t), c) for t, c in terms.items()),
+            const % divisor if atom.op == "%" else const, divisor)
 
 
 def _adjacent_row_loops(kernel: ir.Kernel, chunk_loops: set) -> list:
