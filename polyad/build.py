@@ -40,7 +40,7 @@ from .pipeline import Artifact, Options, artifact_of, kernel_ir
 from .poly import SizeRequirement
 from .progress import Progress
 from .runtime.loader import KernelFunction, c_prototype
-from .runtime.toolchain import NO_TRAPS_FLAG, contraction_flag
+from .runtime.toolchain import NO_LOOP_DISTRIBUTION_FLAG, NO_TRAPS_FLAG, contraction_flag
 from .schedule import ScheduledKernel
 from .target import get_target
 
@@ -169,7 +169,8 @@ def ffibuilder(module_name: str, kernels: KernelsArg, target: str = "openmp", *,
     ``name -> kernel``. Each kernel's ``.c``/``.h`` is written to
     ``source_dir`` (default ``build/polyad/<module_name>`` under the current
     directory) and compiled into the extension with ``-O3 -fopenmp
-    -fno-trapping-math`` (``toolchain.NO_TRAPS_FLAG``) and ``-ffp-contract=off`` when
+    -fno-trapping-math -fno-tree-loop-distribution`` (``toolchain.NO_TRAPS_FLAG``,
+    ``toolchain.NO_LOOP_DISTRIBUTION_FLAG``) and ``-ffp-contract=off`` when
     ``deterministic`` (``toolchain.contraction_flag``), plus
     ``extra_compile_args`` (``-march=native`` for a build that only runs on
     the build machine). Use it from ``setup.py``:
@@ -202,7 +203,7 @@ def ffibuilder(module_name: str, kernels: KernelsArg, target: str = "openmp", *,
         sources=[str(e.c_file) for e in emitted],
         include_dirs=[str(directory)],
         extra_compile_args=["-O3", "-fopenmp", contraction_flag(deterministic),
-                            NO_TRAPS_FLAG, *extra_compile_args],
+                            NO_TRAPS_FLAG, NO_LOOP_DISTRIBUTION_FLAG, *extra_compile_args],
         extra_link_args=["-fopenmp"],
         libraries=["m"])
     logger.info("cffi module %s: %d kernel(s), sources in %s", module_name, len(emitted),

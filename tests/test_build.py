@@ -240,13 +240,15 @@ def test_ffibuilder_configuration(tmp_path, monkeypatch):
     src_dir = tmp_path / "build" / "polyad" / "pkg._k"
     assert kwds["sources"] == [str(src_dir.relative_to(tmp_path) / "tv_cost.c")]
     assert kwds["extra_compile_args"] == ["-O3", "-fopenmp", "-ffp-contract=fast",
-                                          "-fno-trapping-math", "-march=native"]
+                                          "-fno-trapping-math", "-fno-tree-loop-distribution",
+                                          "-march=native"]
     assert kwds["extra_link_args"] == ["-fopenmp"]
     # a deterministic build keeps every product rounded (toolchain.contraction_flag)
     ffi = build.ffibuilder("pkg._k", [tv_cost], deterministic=True, progress=False)
     assert ffi._assigned_source[3]["extra_compile_args"] == ["-O3", "-fopenmp",
                                                              "-ffp-contract=off",
-                                                             "-fno-trapping-math"]
+                                                             "-fno-trapping-math",
+                                                             "-fno-tree-loop-distribution"]
     assert (src_dir / "tv_cost.h").is_file()
     assert '#include "tv_cost.h"' in source and "polyad_metadata" in source
     with pytest.raises(ValueError, match="not a dotted Python name"):

@@ -190,3 +190,27 @@ def test_a_loop_with_a_selection_vectorizes_on_a_machine_without_vector_masks(tm
     vectorized = {int(n) for n in re.findall(
         r"relu_cost_grad_s\.c:(\d+):\d+: optimized: loop vectorized", proc.stderr)}
     assert vectorized & set(range(loop + 1, selection + 2)), (lines[loop], proc.stderr)
+
+
+@pa.kernel
+def reset_then_add(t: pa.f64[2], y: pa.Out(pa.f64[2 * N + 2])):
+    for i in range(N):
+        y[i + 1] -= y[i + 1]
+        y[2 * i] += pa.tanh(t[1] - 2.0)
+
+
+def test_a_guarded_update_after_a_reset_of_the_same_element_keeps_its_order():
+    """Fuzz seed 17743: the schedule runs ``y[2] -= y[2]`` and then a guarded
+    ``y[2] += ...`` in one iteration of a loop over the elements of ``y``. gcc 12, having
+    if-converted that loop into masked stores (``-march=native``, ``-fno-trapping-math``),
+    split it with its loop distribution into loops that ran the update first, so ``y[2]``
+    ended 0. ``toolchain.NO_LOOP_DISTRIBUTION_FLAG`` keeps the loop whole."""
+    assert toolchain.NO_LOOP_DISTRIBUTION_FLAG in toolchain.BASE_FLAGS
+    compiled = pa.compile(reset_then_add)
+    rng = np.random.default_rng(5)
+    for n in range(1, 6):
+        t = rng.standard_normal(2)
+        y = rng.standard_normal(2 * n + 2)
+        _, want = interpret(reset_then_add.ir, dict(t=t.copy(), y=y.copy()), dict(N=n))
+        compiled(t, y)
+        np.testing.assert_allclose(y, want["y"], rtol=1e-14, atol=0, err_msg=f"N = {n}")

@@ -18,6 +18,10 @@ Seed 16189 (a vjp that refused a size its primal runs at: the taped branch of a 
 stored where the primal's write to a ``.zero`` array is dropped, reading a mirror element
 two reflections away) passes with every check since the twenty-fifth round: tape stores
 run where the primal statement runs (``tests/test_fuzz_regressions.py``).
+Seed 17743 (a forward value 0 where gcc 12's loop distribution split a loop it had
+if-converted, reordering two updates of one element) passes with every check since the
+thirty-second round: polyad compiles with ``-fno-tree-loop-distribution``
+(``runtime.toolchain.NO_LOOP_DISTRIBUTION_FLAG``).
 """
 
 KNOWN = {
@@ -40,8 +44,4 @@ KNOWN = {
            "clamped, circular and zero pieces of its strided loop) and 6391 lines of C that gcc "
            "builds in 52 s; the vjp's pipeline 35 s (ISL scheduler 16 s, AST 13 s); with the "
            "vjp's and the deterministic builds the case runs past 300 s",
-    # found with --cases 60 --seed 17740 --full (at 990f830; fails the same at 22fe486)
-    17743: "wrong value: at M = 4, N = 2 (1 or 2 threads) y0[2] is 0 where the reference "
-           "gives fz_f(1.5, t0[1, 1] - 2.0) (y0[i + 1] -= y0[i + 1], then y0[2 * i] += ..., "
-           "in one loop over i that ISL's schedule runs in parallel); not investigated yet",
 }
