@@ -723,6 +723,30 @@ def check_bounds(kernel: ir.Kernel, model: PolyModel,
     return requirements
 
 
+def guard_requirements(kernel: ir.Kernel) -> list[SizeRequirement]:
+    """The size requirements of the run-time guards of ``kernel`` (as written) whose
+    statement writes a ``.zero`` array: the DSL tests a guard at its ``if``, as Python
+    does, in every iteration, also where the write is dropped, and
+    ``split_boundary_pieces`` drops those instances with their guard. Each such guard is
+    checked here as a statement of its own over its statement's whole domain, one that
+    only reads it, so that its reads through a mode ask the sizes what any read asks
+    (fuzz seed 17810: the clamped read of an empty array in the condition of a dropped
+    write ran instead of refusing the sizes)."""
+    probes = tuple(
+        dataclasses.replace(st, target=ScalarRef(f"{st.name}_guard", ir.boolean), op="=",
+                            expr=st.guard, guard=None)
+        for st in kernel.statements
+        if st.guard is not None and isinstance(st.target, Load)
+        and kernel.array_type(st.target.array).mode == "zero"
+        and any(kernel.array_type(ld.array).mode for ld in ir.loads(st.guard)))
+    if not probes:
+        return []
+    written = dataclasses.replace(kernel, statements=probes)
+    model = PolyModel(written)
+    split = split_boundary_pieces(written, model)
+    return check_bounds(split, model.for_kernel(split), written=written)
+
+
 def _as_written(ld: Load, written: Optional[ir.Kernel], st: Optional[Statement]) -> Load:
     """The access of statement ``st`` of ``written`` (the kernel before
     ``split_boundary_pieces``) that ``ld``, an access of one of its pieces, resolves

@@ -1058,3 +1058,33 @@ def test_an_isl_failure_while_differentiating_is_an_internal_error(monkeypatch):
     assert "internal error in polyad while differentiating kernel 'doubling_chain'" \
         in str(info.value)
     assert isinstance(info.value.__cause__, isl.Error)
+
+
+@pa.kernel
+def guarded_drop(x1: pa.f64[M2, N2].clamped, y0: pa.Out(pa.f64[N2 + 1, M2].zero)):
+    for i in range(0, M2, 3):
+        if x1[i + 1, 2 * i - 1] > -0.2:
+            y0[2 * i, i - 1] += 1.0
+
+
+def test_a_guard_is_tested_where_its_write_is_dropped():
+    """Fuzz seed 17810: at N2 = 0 the condition reads the empty ``x1`` through its clamped
+    mode in every iteration, as Python tests an ``if``; the write it guards falls outside
+    the ``.zero`` array at i = 0, and the kernel ran (dropping the statement with its
+    guard) where the sizes have no meaning. Now the call refuses them, naming the read;
+    sizes where ``x1`` has elements run and match the reference."""
+    compiled = pa.compile(guarded_drop)
+    with pytest.raises(pa.ShapeError, match=r"sizes too small .*x1\[i \+ 1, 2 \* i - 1\]"):
+        compiled(np.zeros((4, 0)))
+    rng = np.random.default_rng(17810)
+    written = 0
+    for m, n in ((4, 1), (5, 6), (7, 13)):
+        x1 = rng.uniform(-1, 1, (m, n))
+        want = np.zeros((n + 1, m))
+        for i in range(0, m, 3):
+            if x1[min(i + 1, m - 1), min(max(2 * i - 1, 0), n - 1)] > -0.2 and \
+                    0 <= 2 * i < n + 1 and 0 <= i - 1 < m:
+                want[2 * i, i - 1] += 1.0
+        np.testing.assert_array_equal(compiled(x1), want)
+        written += int(want.sum())
+    assert written >= 2  # (writes that land, not only dropped ones)

@@ -34,9 +34,9 @@ from .loop_order import (add_decisions, block_sum_rows_in_registers, block_sums_
                          expand_reduction_rows, interchange_for_reuse, jam_small_loops,
                          unit_stride_innermost)
 from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, dependences,
-                    isl_name, large_sizes, maps_of, operation_quota, pairs_run_in_order,
-                    split_boundary_pieces, statement_schedules, strided_ast_build_crashes,
-                    text_within_seconds, values_without_divs)
+                    guard_requirements, isl_name, large_sizes, maps_of, operation_quota,
+                    pairs_run_in_order, split_boundary_pieces, statement_schedules,
+                    strided_ast_build_crashes, text_within_seconds, values_without_divs)
 
 _REDUCTION_OPS = {"+=": "+", "-=": "+", "*=": "*"}
 
@@ -564,6 +564,9 @@ def _schedule_kernel(kernel: ir.Kernel,
         # Bounds are proved on the program as written: a transformation (dead-code
         # elimination first of all) must not hide an out-of-bounds access from the user.
         written_requirements = check_bounds(split, model.for_kernel(split), written=kernel)
+        written_requirements += [
+            r for r in guard_requirements(kernel)
+            if all(not r.bad_params.is_equal(w.bad_params) for w in written_requirements)]
     with clock.stage("unit strides", len(split.statements)):
         split, strides = unit_stride_loops(split)
     with clock.stage("dead statements", len(split.statements)):
