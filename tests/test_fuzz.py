@@ -260,6 +260,38 @@ def test_finite_differences_lost_in_the_objectives_rounding_leave_the_direction_
         _check_fd(case, ck, arrays, scalars, small, {"x0": grads["x0"] * 1.01}, "vjp", rng)
 
 
+def test_converged_differences_of_a_rounded_primal_leave_the_direction_to_jax(tmp_path):
+    """Seed 17804 at M = 7, N = 5: ``y0[j, 0] += cos(y0[j, 0])`` runs on values near
+    -1e24 and -1.6e28, where float64 absorbs the cosine, so central differences converge
+    (at 1e-6 and 1e-7, and down to 1e-13) to the rounded primal's derivative, while the
+    vjp, like JAX, holds ``1 - sin(y)``. The check hands such directions to JAX, which
+    the vjp matches within the tolerance alone; a gradient JAX vouches for only within
+    its rounding noise (here as large as the gradient) does not pass them."""
+    pytest.importorskip("jax")
+    import numpy as np
+    import polyad as pa
+    from tests.fuzz.check import Mismatch, _check_fd, _JaxGradient, load_kernel
+    case, ref, arrays, scalars, sizes = _case_at(17804, {"M": 7, "N": 5})
+    kern = load_kernel(case, str(tmp_path))
+    ck, vk = pa.compile(kern), pa.vjp(kern, ["x0", "s"])
+    rng = np.random.default_rng(2)
+    cots = {"y0": rng.uniform(-1.0, 1.0, arrays["y0"].shape)}
+    grads = dict(zip(["x0", "s"], (np.asarray(g, np.float64) for g in vk.package(vk(
+        x0=arrays["x0"].copy(), s=scalars["s"], y0_bar=cots["y0"], **sizes)))))
+    with pytest.raises(Mismatch, match="central finite difference"):
+        _check_fd(case, ck, arrays, scalars, cots, grads, "vjp", np.random.default_rng(3))
+    disputed = []
+    _check_fd(case, ck, arrays, scalars, cots, grads, "vjp", np.random.default_rng(3),
+              disputed=disputed)
+    assert disputed and all("central finite difference" in m for m in disputed)
+    oracle = _JaxGradient(case, ref, arrays, scalars, sizes, cots, ["x0", "s"])
+    assert oracle.agrees_closely(grads)
+    oracle.check(grads, "vjp")
+    wrong = dict(grads, x0=grads["x0"] * 1.01)
+    assert not oracle.agrees_closely(wrong)
+    assert "jax.grad" in next(oracle.mismatches(wrong, "vjp"))
+
+
 def _running(pid: int) -> bool:
     """Is process ``pid`` alive (not gone, not a zombie nobody reaped)?"""
     try:
