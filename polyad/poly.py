@@ -55,6 +55,20 @@ from .recent import Recent
 # their own bugs. The analyses that fall back on ISL's failure catch it inside.
 ISL_FAILURES = (isl.Error,)
 
+def coalesced(s):
+    """``s.coalesce()`` (a set or map, or a union of them), or ``s`` itself where ISL's
+    coalescing fails: it is the same set, only written with more pieces. (Fuzz seed 17924:
+    "cannot relax redundant constraint" on the domain of a vjp's zeroing statement, a
+    union of 40 pieces, and then on the union of the domains of its position.) Under an
+    ``operation_quota`` the failure propagates: the quota's caller gives up on it."""
+    try:
+        return s.coalesce()
+    except isl.Error:
+        if s.get_ctx().get_max_operations():
+            raise
+        return s
+
+
 # Words the ISL parser reserves; DSL names equal to one of these get a suffix.
 _ISL_WORDS = {"and", "or", "not", "mod", "floor", "ceil", "min", "max", "exists", "true",
               "false", "infty", "NaN", "implies", "xor", "domain", "range", "params", "cond"}
@@ -200,14 +214,14 @@ class PolyModel:
         for c in st.conditions:
             cs = self.condition_set(st, c.expr)
             dom = dom.intersect(cs) if c.positive else dom.subtract(cs)
-        dom = dom.coalesce()
+        dom = coalesced(dom)
         self._domains[id(st)] = (st, dom)
         return dom
 
     def seed_domain(self, st: Statement, dom: isl.Set) -> None:
         """Record ``dom`` as the domain of ``st`` (a pass that built ``st`` knows it already:
         the boundary pieces are cut from their statement's domain)."""
-        self._domains[id(st)] = (st, dom.coalesce())
+        self._domains[id(st)] = (st, coalesced(dom))
 
     def union_domain(self) -> isl.UnionSet:
         return union_of([self.domain(st).to_union_set() for st in self.kernel.statements],
@@ -340,7 +354,7 @@ class PolyModel:
                 domain = domain.union(dom.to_union_set())
             looped = [st for st, _ in group if len(st.loops) > depth]
             if not looped:  # one statement (or the pieces of one) at this position
-                part = isl.Schedule.from_domain(domain.coalesce())
+                part = isl.Schedule.from_domain(coalesced(domain))
             elif len(looped) < len(group):
                 raise ValueError(f"position {group[0][0].position[:depth + 1]} holds both a "
                                  f"loop and a statement")
@@ -493,7 +507,7 @@ def _case_pieces(kernel, model: PolyModel, st: Statement, moded: list[Load],
                         continue
                     implied = pdom.is_subset(cset)
                     refined.append((conds if implied else conds + (Condition(cond),),
-                                    pdom if implied else sub.coalesce(),
+                                    pdom if implied else coalesced(sub),
                                     {**choice, ld: choice.get(ld, []) + [res]}))
             pieces = refined
             if limit is not None and len(pieces) > limit:
@@ -521,8 +535,8 @@ def _interior_and_border(kernel, model: PolyModel, st: Statement,
     interior = dom
     for _, _, _, cset in inside:
         interior = interior.intersect(cset)
-    interior = interior.coalesce()
-    border = dom.subtract(interior).coalesce()
+    interior = coalesced(interior)
+    border = coalesced(dom.subtract(interior))
     plain = {ld: list(ld.index) for ld in moded}
     border_choice = {ld: list(ld.index) for ld in moded}
     leaving: dict[Load, list] = {}  # .zero load -> its dimensions that leave the array
@@ -664,7 +678,7 @@ def boundary_access_map(model: PolyModel, st: Statement, ld: Load) -> isl.Map:
         for cond, _ in combo:
             piece = piece.intersect_domain(model.condition_set(st, cond))
         out = out.union(piece)
-    return out.coalesce()
+    return coalesced(out)
 
 
 # --------------------------------------------------------------------------
@@ -706,7 +720,7 @@ def check_bounds(kernel: ir.Kernel, model: PolyModel,
                 if bad.is_empty():
                     continue
                 name = kernel.shown_name(ld.array)
-                bad_sizes = bad.params().coalesce()
+                bad_sizes = coalesced(bad.params())
                 if at.mode is None and _persists_for_large_sizes(bad_sizes, model):
                     raise _bounds_error(kernel, st, ld, verb, d, bad, model, name)
                 # Out of bounds only for finitely many (small) sizes: a call-time check.
@@ -869,7 +883,7 @@ class Dependences:
         for var in missing:
             output = _in_order(self.same_element[var], sched)
             self.output[var] = output
-            self.flow[var] = output.intersect_range(self.readers[var]).coalesce()
+            self.flow[var] = coalesced(output.intersect_range(self.readers[var]))
             self.anti[var] = isl.UnionMap.empty(output.get_space())
 
     def accumulator_order(self, var: str) -> isl.UnionMap:
@@ -883,8 +897,8 @@ class Dependences:
 
     def all(self, space) -> isl.UnionMap:
         self.order_accumulators()
-        return union_of([m for d in (self.flow, self.anti, self.output) for m in d.values()],
-                        isl.UnionMap.empty(space)).coalesce()
+        return coalesced(union_of([m for d in (self.flow, self.anti, self.output)
+                                   for m in d.values()], isl.UnionMap.empty(space)))
 
 
 def _by_variable(umap: isl.UnionMap) -> dict[str, isl.UnionMap]:
@@ -897,7 +911,7 @@ def _by_variable(umap: isl.UnionMap) -> dict[str, isl.UnionMap]:
 
 def same_element(sources: isl.UnionMap, sinks: isl.UnionMap) -> isl.UnionMap:
     """{source instance -> sink instance : they access the same element}."""
-    return sources.apply_range(sinks.reverse()).coalesce()
+    return coalesced(sources.apply_range(sinks.reverse()))
 
 
 def statement_schedules(sched: isl.UnionMap) -> dict[str, isl.Map]:
@@ -935,9 +949,9 @@ def _in_order(pairs: isl.UnionMap, sched: isl.UnionMap) -> isl.UnionMap:
     """The pairs of ``pairs`` whose first instance ``sched`` runs first, statement pair
     by statement pair, for the pairs that access one element at all."""
     schedules = statement_schedules(sched)
-    return union_of([pairs_run_in_order(m, schedules).to_union_map()
-                     for m in maps_of(pairs) if not m.is_empty()],
-                    isl.UnionMap.empty(pairs.get_space())).coalesce()
+    return coalesced(union_of([pairs_run_in_order(m, schedules).to_union_map()
+                               for m in maps_of(pairs) if not m.is_empty()],
+                              isl.UnionMap.empty(pairs.get_space())))
 
 
 def _ordered_pairs(sources: isl.UnionMap, sinks: isl.UnionMap,
@@ -1018,7 +1032,7 @@ def dependences(model: PolyModel, variables: Optional[set] = None,
             continue
         accesses, var_tree = per_piece, tree
         if group_tree is not None:
-            grouped = [m.apply_domain(to_group).coalesce() for m in per_piece]
+            grouped = [coalesced(m.apply_domain(to_group)) for m in per_piece]
             if var in scalars or all(_one_relation_per_statement(m) for m in grouped):
                 accesses, var_tree = grouped, group_tree
         var_deps, inexact = _variable_analysis(accesses, var_tree, var in memory_based_temps,
@@ -1031,7 +1045,7 @@ def dependences(model: PolyModel, variables: Optional[set] = None,
             if var_tree is group_tree:
                 to_piece = to_group.reverse()
                 umap = umap.apply_domain(to_piece).apply_range(to_piece)
-            kind[var] = umap if var in memory_based_temps else umap.coalesce()
+            kind[var] = umap if var in memory_based_temps else coalesced(umap)
     return deps
 
 
@@ -1373,10 +1387,10 @@ def _variable_dependences(var_reads, must_w, writes, tree: isl.Schedule, flow_on
             return memory_based()
 
     may_w = writes.subtract(must_w)
-    flow_deps = flow(var_reads, must_w, may_w).coalesce()
+    flow_deps = coalesced(flow(var_reads, must_w, may_w))
     if flow_only:
         return flow_deps, None, None, why
-    output = flow(writes, must_w, may_w).coalesce()
+    output = coalesced(flow(writes, must_w, may_w))
     # Reads after the last definite write before each write; writes kill
     # older reads, which keeps this cheap (their order is implied through
     # output dependences). Pairs that are output dependences already are
@@ -1469,7 +1483,7 @@ def aff_to_expr(aff: isl.Aff, in_names: list[str], params: dict[str, Expr]) -> E
 def set_to_condition(s: isl.Set, names: list[str], params: dict[str, Expr]) -> Expr:
     """An ISL set (over ``names``) as an IR affine boolean expression."""
     disjuncts = []
-    for bset in _basic_sets(s.coalesce()):
+    for bset in _basic_sets(coalesced(s)):
         conj = None
         for c in bset.get_constraints():
             e = aff_to_expr(c.get_aff(), names, params)
@@ -1725,13 +1739,13 @@ def _tile_distances(kernel, model, axes, references, reductions, positions, inpu
     flow = flow.reverse().intersect_params(pset)  # each read instance -> the writes it reads
     closure = flow.transitive_closure()[0] if not flow.is_empty() else flow
     domains = model.union_domain().intersect_params(pset)
-    closure = closure.union(domains.identity()).coalesce()
+    closure = coalesced(closure.union(domains.identity()))
 
     def one_dim(st: Statement, e: Expr) -> isl.Map:
         return model.value_map(st, e).intersect_params(pset)
 
     def extent(s) -> Optional[tuple[int, int]]:
-        s = s.coalesce()
+        s = coalesced(s)
         if s.is_empty():
             return None
         return s.dim_min_val(0).to_python(), s.dim_max_val(0).to_python()

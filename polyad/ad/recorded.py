@@ -35,7 +35,7 @@ import islpy as isl
 from .. import ir
 from ..ir import Load
 from ..looptree import Leaf
-from ..poly import PolyModel, boundary_access_map, isl_name, union_of
+from ..poly import PolyModel, boundary_access_map, coalesced, isl_name, union_of
 
 
 class RecordedSets:
@@ -91,7 +91,7 @@ class RecordedSets:
         order = self._sched_of([lf]).lex_lt_union_map(self._sched_of(ws))
         if any(w is lf for w in ws):   # S(i) writes after it reads
             order = order.union(self._identity(lf))
-        out = pairs.intersect(order).coalesce()
+        out = coalesced(pairs.intersect(order))
         self._later[key] = out
         return out
 
@@ -107,7 +107,7 @@ class RecordedSets:
         out = isl.Set.empty(self.domain(lf).get_space())
         for s in _sets(dom):
             out = out.union(s)
-        return out.coalesce()
+        return coalesced(out)
 
     def droppable_dims(self, lf: Leaf, ld: Load) -> list[int]:
         """Loop dimensions of ``lf`` (positions) a tape of ``ld`` need not be indexed by."""

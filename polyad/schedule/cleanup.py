@@ -17,8 +17,8 @@ import islpy as isl
 
 from .. import ir
 from ..ir import Load, Loop
-from ..poly import (PolyModel, approximate, dependences, lower_dimensional, model_of,
-                    param_exprs, same_element, set_to_condition, union_of)
+from ..poly import (PolyModel, approximate, coalesced, dependences, lower_dimensional,
+                    model_of, param_exprs, same_element, set_to_condition, union_of)
 from .gather import array_conflicts_carried, accessed_names
 from .nests import (common_depth, fresh_statement_name, loop_nests, rows_selected_by_loops,
                     selected_by_loops)
@@ -406,7 +406,7 @@ def assign_first_updates(kernel: ir.Kernel, model: Optional[PolyModel] = None) \
             temps[temps.index(t)] = dataclasses.replace(t, zero=False)
             zeroing = _zeroing_statement(kernel, t, added)
             added.append(zeroing)
-        skip = set_to_condition(elements.coalesce(), list(zeroing.loop_vars), params)
+        skip = set_to_condition(coalesced(elements), list(zeroing.loop_vars), params)
         kept = dataclasses.replace(zeroing, conditions=zeroing.conditions
                                    + (ir.Condition(skip, positive=False),))
         if zeroing in added:
@@ -476,7 +476,7 @@ def _first_instances(model: PolyModel, schedule: isl.UnionMap, after: list,
         others = same_element(write.to_union_map(), accesses).subtract(
             isl.Map.identity(write.domain().get_space().map_from_set()).to_union_map())
         late = others.subtract(before).domain()
-        first = dom.subtract(late.extract_set(dom.get_space())).coalesce()
+        first = coalesced(dom.subtract(late.extract_set(dom.get_space())))
         # elements on a face of the array only (an edge column, one element) are left
         # to the zeroing: their own piece would cost more than the pass it saves
         if not first.is_empty() and not lower_dimensional(write.intersect_domain(first).range()):
