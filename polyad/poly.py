@@ -705,6 +705,9 @@ def check_bounds(kernel: ir.Kernel, model: PolyModel,
         accesses = [(ld, "reads") for ld in st.reads() if ld is not st.target]
         if isinstance(st.target, Load):
             accesses.append((st.target, "writes"))
+        # reads the statement's run-time guard alone makes (its line is the statement's)
+        guard_loads = set(ir.loads(st.guard)) - set(ir.loads(st.expr)) - {st.target} \
+            if st.guard is not None else set()
         seen = set()
         for ld, verb in accesses:
             key = (ld.array, ld.index, verb)
@@ -727,11 +730,13 @@ def check_bounds(kernel: ir.Kernel, model: PolyModel,
                 shown = _as_written(ld, written, written_statements.get(
                     st.origin[-1].parent if st.origin else st.name))
                 shown_index = ", ".join(ir.expr_str(i) for i in shown.index)
-                why = (f"the {at.mode} access {name}[{shown_index}] at line {st.line} "
+                where = (f"in the condition of the if guarding line {st.line}"
+                         if ld in guard_loads else f"at line {st.line}")
+                why = (f"the {at.mode} access {name}[{shown_index}] {where} "
                        f"needs the size of dimension {d} of {name!r} ({ir.expr_str(ext)}) "
                        f"to exceed its offset"
                        if at.mode else
-                       f"{name}[{shown_index}] at line {st.line} would fall outside {name!r} "
+                       f"{name}[{shown_index}] {where} would fall outside {name!r} "
                        f"for these sizes")
                 requirements.append(SizeRequirement(bad_sizes, why))
     return requirements
@@ -743,12 +748,12 @@ def guard_requirements(kernel: ir.Kernel) -> list[SizeRequirement]:
     does, in every iteration, also where the write is dropped, and
     ``split_boundary_pieces`` drops those instances with their guard. Each such guard is
     checked here as a statement of its own over its statement's whole domain, one that
-    only reads it, so that its reads through a mode ask the sizes what any read asks
+    reads nothing else, so that its reads through a mode ask the sizes what any read asks
     (fuzz seed 17810: the clamped read of an empty array in the condition of a dropped
     write ran instead of refusing the sizes)."""
     probes = tuple(
-        dataclasses.replace(st, target=ScalarRef(f"{st.name}_guard", ir.boolean), op="=",
-                            expr=st.guard, guard=None)
+        dataclasses.replace(st, target=ScalarRef(f"{st.name}_guard", ir.i64), op="=",
+                            expr=Const(0, ir.i64))
         for st in kernel.statements
         if st.guard is not None and isinstance(st.target, Load)
         and kernel.array_type(st.target.array).mode == "zero"

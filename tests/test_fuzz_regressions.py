@@ -1071,10 +1071,13 @@ def test_a_guard_is_tested_where_its_write_is_dropped():
     """Fuzz seed 17810: at N2 = 0 the condition reads the empty ``x1`` through its clamped
     mode in every iteration, as Python tests an ``if``; the write it guards falls outside
     the ``.zero`` array at i = 0, and the kernel ran (dropping the statement with its
-    guard) where the sizes have no meaning. Now the call refuses them, naming the read;
-    sizes where ``x1`` has elements run and match the reference."""
+    guard) where the sizes have no meaning. Now the call refuses them, naming the read and
+    the if it sits in; sizes where ``x1`` has elements run and match the reference."""
     compiled = pa.compile(guarded_drop)
-    with pytest.raises(pa.ShapeError, match=r"sizes too small .*x1\[i \+ 1, 2 \* i - 1\]"):
+    lines, first = inspect.getsourcelines(guarded_drop)
+    guarded = first + next(k for k, text in enumerate(lines) if "+= 1.0" in text)
+    with pytest.raises(pa.ShapeError, match=r"sizes too small .*x1\[i \+ 1, 2 \* i - 1\] in "
+                       rf"the condition of the if guarding line {guarded} needs"):
         compiled(np.zeros((4, 0)))
     rng = np.random.default_rng(17810)
     written = 0
