@@ -44,4 +44,9 @@ KNOWN = {
            "clamped, circular and zero pieces of its strided loop) and 6391 lines of C that gcc "
            "builds in 52 s; the vjp's pipeline 35 s (ISL scheduler 16 s, AST 13 s); with the "
            "vjp's and the deterministic builds the case runs past 300 s",
+    # found with --cases 60 --seed 18040 --full (at e09e4a7)
+    18067: "compile time: the primal's pipeline 28 s and 6050 lines of C; the vjp's "
+           "pipeline 130 s and 9174 lines of C (a strided loop of circular and clamped "
+           "pieces; measured beside a fuzz run); with the builds the check makes the case "
+           "runs past 300 s",
 }
