@@ -564,9 +564,7 @@ def _schedule_kernel(kernel: ir.Kernel,
         # Bounds are proved on the program as written: a transformation (dead-code
         # elimination first of all) must not hide an out-of-bounds access from the user.
         written_requirements = check_bounds(split, model.for_kernel(split), written=kernel)
-        written_requirements += [
-            r for r in guard_requirements(kernel)
-            if all(not r.bad_params.is_equal(w.bad_params) for w in written_requirements)]
+        written_requirements += _unseen(guard_requirements(kernel), written_requirements)
     with clock.stage("unit strides", len(split.statements)):
         split, strides = unit_stride_loops(split)
     with clock.stage("dead statements", len(split.statements)):
@@ -627,9 +625,8 @@ def _schedule_kernel(kernel: ir.Kernel,
     n = len(split.statements)
     model = model.for_kernel(split)
     with clock.stage("bounds", n):
-        requirements: list[SizeRequirement] = written_requirements + [
-            r for r in check_bounds(split, model)
-            if all(not r.bad_params.is_equal(w.bad_params) for w in written_requirements)]
+        requirements: list[SizeRequirement] = written_requirements + _unseen(
+            check_bounds(split, model), written_requirements)
     scalars = frozenset(n for n, _ in split.locals)
     with clock.stage("dependences", n):
         # Scalars are private or reductions; which one only their flow decides. The loop
@@ -724,6 +721,12 @@ def _schedule_kernel(kernel: ir.Kernel,
                                  + fusions + index_splits + decisions),
                            loop_orders, large_sizes=chosen.large_sizes,
                            vector_unit=vector_unit)
+
+
+def _unseen(found: list, known: list) -> list:
+    """The requirements of ``found`` whose sizes no requirement of ``known`` already bars
+    (the call checks each once)."""
+    return [r for r in found if all(not r.bad_params.is_equal(k.bad_params) for k in known)]
 
 
 def _in_place_decisions(names: tuple) -> list:
