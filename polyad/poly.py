@@ -1486,9 +1486,14 @@ def aff_to_expr(aff: isl.Aff, in_names: list[str], params: dict[str, Expr]) -> E
 
 
 def set_to_condition(s: isl.Set, names: list[str], params: dict[str, Expr]) -> Expr:
-    """An ISL set (over ``names``) as an IR affine boolean expression."""
+    """An ISL set (over ``names``) as an IR affine boolean expression.
+
+    Its existential variables are given explicit expressions first (``compute_divs``):
+    a projection, such as the range of an access map, can leave some without one, and
+    ISL cannot write a constraint over such a variable as an affine expression (fuzz
+    seed 18137: the elements a vjp's first updates reach, a strided loop's)."""
     disjuncts = []
-    for bset in _basic_sets(coalesced(s)):
+    for bset in _basic_sets(coalesced(s.compute_divs())):
         conj = None
         for c in bset.get_constraints():
             e = aff_to_expr(c.get_aff(), names, params)

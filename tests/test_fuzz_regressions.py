@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import polyad as pa
-from polyad import poly
+from polyad import ir, poly
 
 from ad_helpers import check_vjp_against_fd
 from npref import shifted
@@ -1119,3 +1119,36 @@ def test_a_set_isl_fails_to_coalesce_is_used_as_it_is():
         poly.coalesced(s)  # (under a quota the caller gives up)
     box = isl.Set("[N] -> { S[i] : 0 <= i < N or N <= i < 2N }")
     assert poly.coalesced(box).is_equal(box) and poly.coalesced(box).n_basic_set() == 1
+
+
+def _holds(cond, env: dict) -> bool:
+    """The value of a condition ``poly.set_to_condition`` builds (comparisons of affine
+    expressions with 0, joined by and / or) at the integer point ``env``."""
+    if cond.op in ("and", "or"):
+        a, b = _holds(cond.a, env), _holds(cond.b, env)
+        return (a and b) if cond.op == "and" else (a or b)
+    lhs, rhs = ir.eval_integer(cond.a, env), ir.eval_integer(cond.b, env)
+    return lhs == rhs if cond.op == "==" else lhs >= rhs
+
+
+def test_a_set_with_existential_variables_isl_left_unknown_becomes_a_condition():
+    """Fuzz seed 18137: the elements a vjp's first updates reach (the range of an access
+    map over a strided loop) came out of ISL's projection with existential variables it
+    gave no expression, and ``set_to_condition`` failed on them with an internal error
+    ("call to isl_constraint_get_aff failed: local space has unknown divs"). It gives them
+    explicit expressions first; the condition holds exactly at the set's points. The vjp
+    of seed 18137 then compiles and passes every check of the fuzzer (``python -m
+    tests.fuzz --cases 1 --seed 18137 --full``: a pipeline of 20 s and 18 000 lines of C,
+    too slow for this suite)."""
+    s = isl.Set("[N] -> { [x, y] : exists a, b : x = a + 2b and 0 <= a <= N and 0 <= b <= a }")
+    unknown = [c for b in s.get_basic_sets() for c in b.get_constraints()]
+    with pytest.raises(isl.Error, match="unknown divs"):
+        for c in unknown:
+            c.get_aff()  # (what the conversion met before)
+    cond = poly.set_to_condition(s, ["x", "y"], {"N": ir.SizeVar("N")})
+    for n in range(0, 4):
+        for x in range(-2, 3 * n + 4):
+            for y in (-1, 0, 5):
+                point = isl.Set(f"[N] -> {{ [{x}, {y}] : N = {n} }}")
+                inside = not s.intersect(point).is_empty()
+                assert _holds(cond, {"N": n, "x": x, "y": y}) == inside, (n, x, y)
