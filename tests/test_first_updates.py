@@ -180,3 +180,41 @@ def test_one_dimensional_blur_gradient_matches_finite_differences():
         check_against_fd(blur_twice, ("x", "f"), dict(x=rng.standard_normal(n),
                                                      f=rng.standard_normal(3),
                                                      y=rng.standard_normal(n)))
+
+
+def test_past_its_quota_the_updates_stay_updates(monkeypatch, tmp_path):
+    """Fuzz seed 18067: finding the first updates of a vjp's adjoints (a strided loop
+    with circular and clamped pieces) took ISL 42 s. The analysis only saves a pass of
+    zeroing, so it runs under ``cleanup.FIRST_UPDATES_QUOTA`` operations and, past it,
+    leaves the updates as they are; the decision says so. The benchmarks' heaviest (the
+    deconvolution gradient) needs between 200 000 and 700 000 of the quota's 2 million."""
+    from polyad.schedule import cleanup
+    monkeypatch.setattr(cleanup, "FIRST_UPDATES_QUOTA", 1)
+    monkeypatch.setenv("POLYAD_CACHE_DIR", str(tmp_path))  # (a schedule made under the quota)
+    kernel, decisions = assign_first_updates(scatter_then_read.ir)
+    assert kernel is scatter_then_read.ir
+    assert decisions == ["t: its updates stay updates after its zeroing: finding the "
+                         "instances that reach their elements first ran past ISL's quota "
+                         "of 1 operations"]
+
+    @pa.kernel
+    def blur_twice_under_quota(x: pa.f64[N].clamped, f: pa.f64[3], y: pa.f64[N]) -> pa.f64:
+        t = pa.empty(pa.f64[N].clamped)
+        for n in range(N):
+            t[n] = f[0] * x[n - 1] + f[1] * x[n] + f[2] * x[n + 1]
+        C = 0.0
+        for n in range(N):
+            C += (f[0] * t[n - 1] + f[1] * t[n] + f[2] * t[n + 1] - y[n]) ** 2
+        return C
+
+    # (a kernel of its own: a kernel object keeps the schedules made for it)
+    grad = pa.grad(blur_twice_under_quota, wrt=("x", "f"))
+    decisions = _scheduled(grad).schedule_decisions
+    assert not [d for d in decisions if "first after" in d]
+    assert sorted(d.split(":")[0] for d in decisions if "ran past ISL's quota" in d) \
+        == ["d_f", "d_t", "d_x"]
+    assert "ran past ISL's quota of 1 operations" in pa.explain(grad)
+    rng = np.random.default_rng(10)
+    for n in (1, 2, 5):
+        _check_gradient(grad, dict(x=rng.standard_normal(n), f=rng.standard_normal(3),
+                                   y=rng.standard_normal(n)), dict(N=n))
