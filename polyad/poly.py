@@ -1308,8 +1308,9 @@ AST_PROBE_SECONDS = 10.0
 
 
 def _has_existentials(instances: isl.UnionSet) -> bool:
-    """Whether some of the statement ``instances`` need existential variables (a loop
-    ``range(a, b, s)`` with ``s`` > 1: ``(i) mod 3 = 0``): where ISL has crashed."""
+    """Whether some of the sets of ``instances`` need existential variables (statements
+    of a loop ``range(a, b, s)`` with ``s`` > 1: ``(i) mod 3 = 0``, where ISL has crashed;
+    a projection's range)."""
     found = []
     instances.foreach_set(lambda s: found.append(
         any(b.dim(isl.dim_type.div) > 0 for b in s.get_basic_sets())))
@@ -1493,7 +1494,7 @@ def set_to_condition(s: isl.Set, names: list[str], params: dict[str, Expr]) -> E
     ISL cannot write a constraint over such a variable as an affine expression (fuzz
     seed 18137: the elements a vjp's first updates reach, a strided loop's)."""
     disjuncts = []
-    if any(b.dim(isl.dim_type.div) for b in _basic_sets(s)):
+    if _has_existentials(s.to_union_set()):
         # (only then: on every set, it made the benchmark kernels' 24 compiles 5 % slower)
         s = s.compute_divs()
     for bset in _basic_sets(coalesced(s)):
