@@ -603,6 +603,43 @@ def test_a_spent_operation_quota_is_cleared_on_the_way_out():
         ctx, "[N] -> { S[i] -> S[i + 1] : 0 <= i < N - 1 }"))
 
 
+
+@pa.kernel
+def scale_then_add(x: pa.f64[N], z: pa.f64[N]):
+    for i in range(N):
+        z[i] = z[i] * 2.0
+    for i in range(N):
+        z[i] += x[i]
+
+
+def test_anti_pairs_that_are_output_pairs_too_stay_past_their_quota(monkeypatch, tmp_path):
+    """Fuzz seed 8109: removing from a vjp's anti dependences the pairs that are output
+    dependences too ran for more than ten minutes in ISL. The removal only drops
+    duplicates, so it runs under ``poly.ANTI_DUPLICATES_QUOTA`` operations and, past it,
+    they stay. Here every anti pair (the first loop reads ``z[i]``, the second writes
+    it) is an output pair too: removed, no anti pair is left; past a quota of one
+    operation, they all stay, the union with the output pairs is the same, and the
+    kernel still runs right."""
+    exact = poly.dependences(poly.PolyModel(scale_then_add.ir))
+    assert exact.anti["z"].is_empty() and not exact.output["z"].is_empty()
+    monkeypatch.setattr(poly, "ANTI_DUPLICATES_QUOTA", 1)
+    monkeypatch.setattr(poly, "recent_analyses", poly.Recent(512))  # not the answer above
+    monkeypatch.setenv("POLYAD_CACHE_DIR", str(tmp_path))   # no build from an exact run
+    model = poly.PolyModel(scale_then_add.ir)
+    deps = poly.dependences(model)
+    assert deps.inexact == {}    # the exact analysis itself answered
+    output = isl.UnionMap.read_from_str(model.ctx, exact.output["z"].to_str())
+    assert deps.output["z"].is_equal(output)
+    assert not deps.anti["z"].is_empty()
+    assert deps.anti["z"].is_subset(deps.output["z"])
+    k = pa.Kernel(ir_kernel=scale_then_add.ir)
+    rng = np.random.default_rng(8109)
+    for n in (0, 1, 2, 5):
+        x, z = rng.standard_normal(n), rng.standard_normal(n)
+        want = z * 2.0 + x
+        k(x, z)
+        np.testing.assert_array_equal(z, want)
+
 @pa.kernel
 def lane_sum_into_an_edge(x0: pa.f64[N + 1, N + 3].circular, y0: pa.Out(pa.f64[N + 3])):
     for i in range(N):
