@@ -3,7 +3,8 @@
 Each case is a random well-formed kernel checked against an independent
 pure-Python translation at sizes 0, 1, 2 and small odd ones, at 1 and 2
 threads; a third of the cases also check their vjp against finite differences
-and JAX, a quarter the deterministic build (see ``tests.fuzz.runner.plan``).
+and JAX and their jvp against the vjp, a quarter the deterministic build (see
+``tests.fuzz.runner.plan``).
 Cases run in worker subprocesses, so a crash or hang fails its case only.
 ``python -m tests.fuzz --cases N --seed S`` runs more.
 """
@@ -42,7 +43,7 @@ def test_fuzz_slice():
     assert len(results) == len(CI_SEEDS)
     assert all(r["status"] != "fail" for r in results), _report(results)
     checks = {c for r in results for c in r["checks"]}
-    assert {"values", "deterministic", "vjp-fd", "vjp-jax"} <= checks, checks
+    assert {"values", "deterministic", "vjp-fd", "vjp-jax", "jvp"} <= checks, checks
     # the slice exercises what the generator promises
     features = set().union(*(generate(s).features for s in CI_SEEDS))
     for f in ("mode:clamped", "mode:circular", "mode:mirror", "mode:zero", "temp", "inplace",
@@ -69,13 +70,13 @@ def test_fuzz_slice_under_asan():
 def test_fuzz_slice_on_the_cuda_simulator():
     """The CUDA target's text, run by its CPU simulator, on a few seeds with every check
     (values at every size set, the deterministic build, the vjp against finite
-    differences and JAX): grid bands, distributed loops and block reductions against
-    the reference translation."""
+    differences and JAX, the jvp against the vjp): grid bands, distributed loops and
+    block reductions against the reference translation."""
     results = run_cases(CUDA_SEEDS, workers=2, case_timeout=300, full=True, target="cuda-sim")
     assert len(results) == len(CUDA_SEEDS)
     assert all(r["status"] == "ok" for r in results), _report(results) or results
     checks = {c for r in results for c in r["checks"]}
-    assert {"values", "deterministic", "vjp-fd", "vjp-jax"} <= checks, checks
+    assert {"values", "deterministic", "vjp-fd", "vjp-jax", "jvp"} <= checks, checks
 
 
 def test_generator_is_deterministic_and_well_formed():

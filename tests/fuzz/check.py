@@ -12,8 +12,9 @@ small odd ones), at 1 and 2 OpenMP threads; (b) the vjp of every float
 input vs central finite differences of the compiled primal (float64,
 random directions) and vs ``jax.grad`` of the reference (where the reference
 overflows, which leaves products of infinities and zeros that JAX and polyad
-associate differently, vs the reference interpreter of the vjp's IR); (c) the
-``deterministic=True`` build: bitwise the same at 1 and 2 threads; (d) under
+associate differently, vs the reference interpreter of the vjp's IR); (c) the jvp
+(forward mode) of the same inputs vs that vjp, by the dot-product test; (d) the
+``deterministic=True`` build: bitwise the same at 1 and 2 threads; (e) under
 ASan when ``sanitize`` is set (the process must run with libasan preloaded).
 """
 
@@ -217,8 +218,8 @@ def _is_refusal(exc) -> bool:
 def check_case(case: Case, workdir: str, grads: bool = True, use_jax: bool = True,
                deterministic: bool = True, sanitize=None, target: str = "openmp") -> Result:
     """Check ``case`` built for ``target`` ("openmp", or "cuda-sim": the CUDA target's text
-    run by its CPU simulator) against its reference translation, and its vjp against
-    finite differences (and JAX)."""
+    run by its CPU simulator) against its reference translation, its vjp against
+    finite differences (and JAX), and its jvp against the vjp."""
     import polyad as pa
     res = Result(case.seed, features=sorted(case.features))
     stage = "define"
@@ -327,6 +328,14 @@ def check_vjp(case, kern, ck, ref, valid_sets, res, use_jax, deterministic, sani
         if not _is_refusal(exc):
             raise
         raise _Stage(res_stage, exc) from exc
+    jk, jc, jvp_refused = None, None, None
+    try:
+        jk = pa.jvp(kern, wrt)
+        jc = pa.compile(jk, target=target, sanitize=sanitize)
+    except pa.PolyadError as exc:
+        if not _is_refusal(exc):
+            raise
+        jvp_refused = type(exc).__name__
     rng = np.random.default_rng(case.seed + 1)
     dt = _np_dtype(case)
     jax_checked = False
@@ -377,6 +386,9 @@ def check_vjp(case, kern, ck, ref, valid_sets, res, use_jax, deterministic, sani
             oracle.check(grads, stage)
             jax_checked = True
             vouched += len(disputed)
+        if jc is not None:
+            _check_jvp(case, jk, jc, arrays, scalars, sizes, cot64, grads, rng,
+                       f"jvp {sizes}")
         if deterministic and sanitize is None:
             dv = pa.compile(vk, target=target, deterministic=True)
             runs = []
@@ -412,6 +424,47 @@ def check_vjp(case, kern, ck, ref, valid_sets, res, use_jax, deterministic, sani
                           "which agreed (the primal's rounding absorbs a term)")
     if jax_checked:
         res.checks.append("vjp-jax")
+    res.checks.append(f"jvp refused ({jvp_refused}) where the vjp was not" if jvp_refused
+                      else "jvp")
+
+
+def _check_jvp(case, jk, jc, arrays, scalars, sizes, cots, grads, rng, stage,
+               directions=2):
+    """The compiled jvp against the vjp's ``grads`` (already held to finite differences
+    or JAX) by the dot-product test: for random tangents ``d`` of the inputs, the jvp's
+    output tangents ``J d`` dotted with the cotangents ``cots`` equal ``grads`` dotted
+    with ``d`` (both are the directional derivative of the objective). Directions where
+    either side is not finite (the primal overflows) judge nothing."""
+    dt = _np_dtype(case)
+    wrt = list(grads)
+    out_params = [p.name for p in jk.ir.params if p.intent == "out"]
+    rtol = 1e-9 if case.dtype == "f64" else 1e-4
+    for _ in range(directions):
+        d = {n: np.asarray(rng.standard_normal(np.shape(grads[n]))).astype(dt) for n in wrt}
+        args = {n: (arrays[n].copy() if n in arrays else scalars[n]) for n in _inputs(case)}
+        args.update({s: v for s, v in sizes.items() if s in jk.ir.sizes})
+        for n in wrt:
+            args[f"{n}_dot"] = d[n].copy() if n in arrays else float(d[n])
+        for name in out_params:
+            primal = name[:-len("_dot")] if name.endswith("_dot") else name
+            args[name] = np.zeros(np.shape(arrays[primal]) if primal in arrays else (1,), dt)
+        jc(**args)
+        tangents = {n: args[f"{n}_dot"] for n in cots if f"{n}_dot" in args}
+        terms = [np.asarray(cots[n] * np.asarray(t, np.float64)).reshape(-1)
+                 for n, t in tangents.items()]
+        terms += [np.asarray(grads[n] * np.asarray(d[n], np.float64)).reshape(-1)
+                  for n in wrt]
+        if not all(np.all(np.isfinite(t)) for t in terms):
+            continue
+        by_jvp = sum(float(np.sum(cots[n] * np.asarray(t, np.float64)))
+                     for n, t in tangents.items())
+        by_vjp = sum(float(np.sum(grads[n] * np.asarray(d[n], np.float64))) for n in wrt)
+        scale = 1.0 + sum(float(np.sum(np.abs(t))) for t in terms)
+        if abs(by_jvp - by_vjp) > rtol * scale:
+            raise Mismatch(f"{stage}: directional derivative {by_jvp!r} (jvp: output "
+                           f"tangents dotted with the cotangents) vs {by_vjp!r} (vjp)\n"
+                           + "\n".join(f" d = {d[n]!r} ({n})" for n in wrt) + "\n"
+                           + "\n".join(f" {n}_dot = {t!r}" for n, t in tangents.items()))
 
 
 def _finite_scale(values: np.ndarray) -> float:
