@@ -3,8 +3,9 @@
 Each case is a random well-formed kernel checked against an independent
 pure-Python translation at sizes 0, 1, 2 and small odd ones, at 1 and 2
 threads; a third of the cases also check their vjp against finite differences
-and JAX and their jvp against the vjp, a quarter the deterministic build (see
-``tests.fuzz.runner.plan``).
+and JAX, their jvp against the vjp and (float64 kernels returning a scalar) their
+Hessian-vector product against differences of the vjp, a quarter the deterministic
+build (see ``tests.fuzz.runner.plan``).
 Cases run in worker subprocesses, so a crash or hang fails its case only.
 ``python -m tests.fuzz --cases N --seed S`` runs more.
 """
@@ -28,8 +29,10 @@ ASAN_SEEDS = [s for s in range(16, 19) if s not in KNOWN] + [7100]
 # branch writing its condition), 3209 (tiling a band of fixed points), 3265 (scatters
 # moved behind writes of what they read), 3354 (partials that cancel), 10208 (ISL unable
 # to bound a width with a rational coefficient, in poly.few_values); 15579 and 15772
-# (gradients past an overflow, held to the interpreter of the vjp's IR instead of JAX).
-FIXED_SEEDS = [3107, 3209, 3265, 3354, 10208, 15579, 15772]
+# (gradients past an overflow, held to the interpreter of the vjp's IR instead of JAX);
+# 18623 (a float32 kernel's values past float32's range, where the float64 reference
+# stays finite: held to the interpreter of the kernel's IR).
+FIXED_SEEDS = [3107, 3209, 3265, 3354, 10208, 15579, 15772, 18623]
 CUDA_SEEDS = [0, 3, 6]
 
 
@@ -43,7 +46,7 @@ def test_fuzz_slice():
     assert len(results) == len(CI_SEEDS)
     assert all(r["status"] != "fail" for r in results), _report(results)
     checks = {c for r in results for c in r["checks"]}
-    assert {"values", "deterministic", "vjp-fd", "vjp-jax", "jvp"} <= checks, checks
+    assert {"values", "deterministic", "vjp-fd", "vjp-jax", "jvp", "hvp"} <= checks, checks
     # the slice exercises what the generator promises
     features = set().union(*(generate(s).features for s in CI_SEEDS))
     for f in ("mode:clamped", "mode:circular", "mode:mirror", "mode:zero", "temp", "inplace",
@@ -70,13 +73,14 @@ def test_fuzz_slice_under_asan():
 def test_fuzz_slice_on_the_cuda_simulator():
     """The CUDA target's text, run by its CPU simulator, on a few seeds with every check
     (values at every size set, the deterministic build, the vjp against finite
-    differences and JAX, the jvp against the vjp): grid bands, distributed loops and
-    block reductions against the reference translation."""
+    differences and JAX, the jvp against the vjp, the hvp against differences of the
+    vjp): grid bands, distributed loops and block reductions against the reference
+    translation."""
     results = run_cases(CUDA_SEEDS, workers=2, case_timeout=300, full=True, target="cuda-sim")
     assert len(results) == len(CUDA_SEEDS)
     assert all(r["status"] == "ok" for r in results), _report(results) or results
     checks = {c for r in results for c in r["checks"]}
-    assert {"values", "deterministic", "vjp-fd", "vjp-jax", "jvp"} <= checks, checks
+    assert {"values", "deterministic", "vjp-fd", "vjp-jax", "jvp", "hvp"} <= checks, checks
 
 
 def test_generator_is_deterministic_and_well_formed():
