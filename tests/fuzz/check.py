@@ -8,17 +8,18 @@ failure). Size sets at which polyad refuses to run with a ``PolyadError``
 ("sizes too small") are counted as ``size_rejected``.
 
 Checks: (a) values vs the reference at several size sets (sizes 0, 1, 2 and
-small odd ones), at 1 and 2 OpenMP threads (where the float64 reference leaves the
-kernel's dtype's range, vs the reference interpreter of the kernel's IR); (b) the vjp of every float
-input vs central finite differences of the compiled primal (float64,
-random directions) and vs ``jax.grad`` of the reference (where the reference
-overflows, which leaves products of infinities and zeros that JAX and polyad
-associate differently, vs the reference interpreter of the vjp's IR); (c) the jvp
-(forward mode) of the same inputs vs that vjp, by the dot-product test, and of a
-float64 kernel returning a scalar its Hessian-vector product vs central differences
-of the vjp of that scalar, and its symmetry; (d) the
-``deterministic=True`` build: bitwise the same at 1 and 2 threads; (e) under
-ASan when ``sanitize`` is set (the process must run with libasan preloaded).
+small odd ones), at 1 and 2 OpenMP threads (where the float64 reference leaves
+the range of the kernel's dtype, vs the reference interpreter of the kernel's
+IR); (b) the vjp of every float input vs central finite differences of the
+compiled primal (float64, random directions) and vs ``jax.grad`` of the
+reference (where the reference overflows, which leaves products of infinities
+and zeros that JAX and polyad associate differently, vs the reference
+interpreter of the vjp's IR); (c) the jvp (forward mode) of the same inputs vs
+that vjp, by the dot-product test, and the Hessian-vector product of a float64
+kernel returning a scalar vs central differences of the vjp of that scalar, and
+its symmetry; (d) the ``deterministic=True`` build: bitwise the same at 1 and 2
+threads; (e) under ASan when ``sanitize`` is set (the process must run with
+libasan preloaded).
 """
 
 from __future__ import annotations
