@@ -8,6 +8,7 @@ import pytest
 
 import polyad as pa
 from polyad import ir, poly
+from polyad.recent import Recent
 
 from ad_helpers import check_vjp_against_fd
 from npref import shifted
@@ -623,7 +624,7 @@ def test_anti_pairs_that_are_output_pairs_too_stay_past_their_quota(monkeypatch,
     exact = poly.dependences(poly.PolyModel(scale_then_add.ir))
     assert exact.anti["z"].is_empty() and not exact.output["z"].is_empty()
     monkeypatch.setattr(poly, "ANTI_DUPLICATES_QUOTA", 1)
-    monkeypatch.setattr(poly, "recent_analyses", poly.Recent(512))  # not the answer above
+    monkeypatch.setattr(poly, "recent_analyses", Recent(512))  # not the answer above
     monkeypatch.setenv("POLYAD_CACHE_DIR", str(tmp_path))   # no build from an exact run
     model = poly.PolyModel(scale_then_add.ir)
     deps = poly.dependences(model)
