@@ -3,8 +3,9 @@
 Each case is a random well-formed kernel checked against an independent
 pure-Python translation at sizes 0, 1, 2 and small odd ones, at 1 and 2
 threads; a third of the cases also check their vjp against finite differences
-and JAX, their jvp against the vjp and (float64 kernels returning a scalar) their
-Hessian-vector product against differences of the vjp, a quarter the deterministic
+and JAX, their jvp against the vjp, (float64 kernels returning a scalar) their
+Hessian-vector product against differences of the vjp and (kernels with a loop to
+checkpoint) their vjp with checkpoints against the vjp, a quarter the deterministic
 build (see ``tests.fuzz.runner.plan``).
 Cases run in worker subprocesses, so a crash or hang fails its case only.
 ``python -m tests.fuzz --cases N --seed S`` runs more.
@@ -46,7 +47,8 @@ def test_fuzz_slice():
     assert len(results) == len(CI_SEEDS)
     assert all(r["status"] != "fail" for r in results), _report(results)
     checks = {c for r in results for c in r["checks"]}
-    assert {"values", "deterministic", "vjp-fd", "vjp-jax", "jvp", "hvp"} <= checks, checks
+    assert {"values", "deterministic", "vjp-fd", "vjp-jax", "jvp", "hvp",
+            "checkpointed vjp"} <= checks, checks
     # the slice exercises what the generator promises
     features = set().union(*(generate(s).features for s in CI_SEEDS))
     for f in ("mode:clamped", "mode:circular", "mode:mirror", "mode:zero", "temp", "inplace",

@@ -17,9 +17,10 @@ and zeros that JAX and polyad associate differently, vs the reference
 interpreter of the vjp's IR); (c) the jvp (forward mode) of the same inputs vs
 that vjp, by the dot-product test, and the Hessian-vector product of a float64
 kernel returning a scalar vs central differences of the vjp of that scalar, and
-its symmetry; (d) the ``deterministic=True`` build: bitwise the same at 1 and 2
-threads; (e) under ASan when ``sanitize`` is set (the process must run with
-libasan preloaded).
+its symmetry, and the vjp with checkpoints (``checkpoint=1``: steps recomputed)
+vs the vjp, where the kernel has a loop to checkpoint; (d) the
+``deterministic=True`` build: bitwise the same at 1 and 2 threads; (e) under ASan
+when ``sanitize`` is set (the process must run with libasan preloaded).
 """
 
 from __future__ import annotations
@@ -236,7 +237,7 @@ def check_case(case: Case, workdir: str, grads: bool = True, use_jax: bool = Tru
                deterministic: bool = True, sanitize=None, target: str = "openmp") -> Result:
     """Check ``case`` built for ``target`` ("openmp", or "cuda-sim": the CUDA target's text
     run by its CPU simulator) against its reference translation, its vjp against
-    finite differences (and JAX), its jvp and hvp against the vjp."""
+    finite differences (and JAX), its jvp, hvp and checkpointed vjp against the vjp."""
     import polyad as pa
     res = Result(case.seed, features=sorted(case.features))
     stage = "define"
@@ -363,6 +364,7 @@ def check_vjp(case, kern, ck, ref, valid_sets, res, use_jax, deterministic, sani
     hk, hc, hvp_refused = None, None, None
     if case.has_result and case.dtype == "f64":   # (finite differences need float64)
         hk, hc, hvp_refused = _derived_build(lambda: pa.hvp(kern, wrt), target, sanitize)
+    checkpointed = _checkpointed_vjp(kern, wrt, target, sanitize)
     rng = np.random.default_rng(case.seed + 1)
     dt = _np_dtype(case)
     jax_checked = False
@@ -419,6 +421,9 @@ def check_vjp(case, kern, ck, ref, valid_sets, res, use_jax, deterministic, sani
                        f"jvp {sizes}")
         if hc is not None:
             hvp_unjudged += _check_hvp(case, hk, hc, vk, vc, args, wrt, rng, f"hvp {sizes}")
+        if checkpointed is not None:
+            _check_checkpointed(case, checkpointed, args, grads, oracle,
+                                f"checkpointed vjp {sizes}")
         if deterministic and sanitize is None:
             dv = pa.compile(vk, target=target, deterministic=True)
             runs = []
@@ -456,6 +461,8 @@ def check_vjp(case, kern, ck, ref, valid_sets, res, use_jax, deterministic, sani
         res.checks.append("vjp-jax")
     res.checks.append(f"jvp refused ({jvp_refused}) where the vjp was not" if jvp_refused
                       else "jvp")
+    if checkpointed is not None:
+        res.checks.append("checkpointed vjp")
     if hvp_refused:
         res.checks.append(f"hvp refused ({hvp_refused}) where the vjp was not")
     elif hc is not None:
@@ -475,6 +482,41 @@ def _derived_build(derive, target, sanitize):
         if not _is_refusal(exc):
             raise
         return None, None, type(exc).__name__
+
+
+def _checkpointed_vjp(kern, wrt, target, sanitize):
+    """A function of the vjp's arguments that runs the vjp with ``checkpoint=1`` (one
+    snapshot besides the start, so the revolve schedule recomputes steps) and returns its
+    gradients: the derived kernel's own call on OpenMP, its ``CheckpointedFunction``
+    elsewhere. None where the kernel has no loop to checkpoint (a step other than 1, a
+    scalar carried across the loop)."""
+    import polyad as pa
+    from polyad import checkpointing
+    dk = pa.vjp(kern, wrt, checkpoint=1)
+    if checkpointing.refusal(dk):
+        return None
+    if target == "openmp":
+        return lambda **a: dk(**a)
+    fn = pa.compile(dk, target=target, sanitize=sanitize)
+    return lambda **a: dk.package(fn(**a))
+
+
+def _check_checkpointed(case, run, args, grads, oracle, stage):
+    """The checkpointed vjp's gradients against the vjp's ``grads`` (held to finite
+    differences and JAX already); where their builds round apart, against JAX
+    (``oracle``) where it judged the vjp."""
+    a = {n: (v.copy() if isinstance(v, np.ndarray) else v) for n, v in args.items()}
+    got = {n: np.asarray(g, np.float64) for n, g in zip(grads, run(**a))}
+    rtol, atol = (1e-9, 1e-9) if case.dtype == "f64" else (1e-4, 1e-4)
+    for n, g in got.items():
+        if np.allclose(g, grads[n], rtol=rtol, atol=atol * _finite_scale(grads[n]),
+                       equal_nan=True):
+            continue
+        if oracle is None:
+            raise Mismatch(f"{stage}: d_{n} differs from the vjp without checkpoints:\n"
+                           f" got  {g!r}\n want {grads[n]!r}")
+        oracle.check(got, stage)
+        return
 
 
 def _check_hvp(case, hk, hc, vk, vc, args, wrt, rng, stage, eps=1e-6) -> int:
