@@ -28,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import ctypes.util
 import importlib.util
+import math
 import os
 import sys
 import traceback
@@ -422,34 +423,22 @@ def check_vjp(case, kern, ck, ref, valid_sets, res, use_jax, deterministic, sani
         if hc is not None:
             hvp_unjudged += _check_hvp(case, hk, hc, vk, vc, args, wrt, rng, f"hvp {sizes}")
         if checkpointed is not None:
-            _check_checkpointed(case, checkpointed, args, grads, oracle,
-                                f"checkpointed vjp {sizes}")
+            got = {n: np.asarray(g, np.float64) for n, g in zip(wrt, checkpointed(**_copies(args)))}
+            _hold_to_vjp(case, got, grads, oracle, f"checkpointed vjp {sizes}")
         if deterministic and sanitize is None:
             dv = pa.compile(vk, target=target, deterministic=True)
             runs = []
             for threads in (1, 2):
                 set_threads(threads)
-                a2 = {k: (v.copy() if isinstance(v, np.ndarray) else v) for k, v in args.items()}
-                r = vk.package(dv(**a2))
+                r = vk.package(dv(**_copies(args)))
                 runs.append([np.asarray(x) for x in r])
             set_threads(2)
             for n, a, b in zip(wrt, *runs):
                 if not np.array_equal(a, b, equal_nan=True):
                     raise Mismatch(f"deterministic vjp {sizes}: d_{n} differs between 1 and 2 "
                                    f"threads:\n{a!r}\n{b!r}")
-            rtol, atol = (1e-9, 1e-9) if case.dtype == "f64" else (1e-4, 1e-4)
-            for n, a in zip(wrt, runs[0]):
-                scale = _finite_scale(grads[n])
-                if np.allclose(a, grads[n], rtol=rtol, atol=atol * scale, equal_nan=True):
-                    continue
-                if oracle is None:
-                    raise Mismatch(f"deterministic vjp {sizes}: d_{n} differs from the default "
-                                   f"build:\n{a!r}\n{grads[n]!r}")
-                # the builds round apart (fused multiply-adds in the default one): JAX,
-                # which the default build's vjp matched, judges the deterministic one too
-                oracle.check(dict(zip(wrt, (np.asarray(x, np.float64) for x in runs[0]))),
-                             f"deterministic vjp {sizes}")
-                break
+            _hold_to_vjp(case, {n: np.asarray(a, np.float64) for n, a in zip(wrt, runs[0])},
+                         grads, oracle, f"deterministic vjp {sizes}")
     res.checks.append("vjp-fd" if case.dtype == "f64" else "vjp")
     if unjudged:
         res.checks.append("vjp-fd: some directions left to JAX (the differences do not "
@@ -501,24 +490,6 @@ def _checkpointed_vjp(kern, wrt, target, sanitize):
     return lambda **a: dk.package(fn(**a))
 
 
-def _check_checkpointed(case, run, args, grads, oracle, stage):
-    """The checkpointed vjp's gradients against the vjp's ``grads`` (held to finite
-    differences and JAX already); where their builds round apart, against JAX
-    (``oracle``) where it judged the vjp."""
-    a = {n: (v.copy() if isinstance(v, np.ndarray) else v) for n, v in args.items()}
-    got = {n: np.asarray(g, np.float64) for n, g in zip(grads, run(**a))}
-    rtol, atol = (1e-9, 1e-9) if case.dtype == "f64" else (1e-4, 1e-4)
-    for n, g in got.items():
-        if np.allclose(g, grads[n], rtol=rtol, atol=atol * _finite_scale(grads[n]),
-                       equal_nan=True):
-            continue
-        if oracle is None:
-            raise Mismatch(f"{stage}: d_{n} differs from the vjp without checkpoints:\n"
-                           f" got  {g!r}\n want {grads[n]!r}")
-        oracle.check(got, stage)
-        return
-
-
 def _check_hvp(case, hk, hc, vk, vc, args, wrt, rng, stage, eps=1e-6) -> int:
     """The compiled Hessian-vector product of the kernel's scalar against the vjp of that
     scalar (the vjp's call ``args`` with every output's cotangent 0 and the scalar's 1):
@@ -532,8 +503,7 @@ def _check_hvp(case, hk, hc, vk, vc, args, wrt, rng, stage, eps=1e-6) -> int:
     shapes = {n: np.shape(args[n]) for n in wrt}
 
     def hvp(v):
-        a = {n: (x.copy() if isinstance(x, np.ndarray) else x)
-             for n, x in args.items() if n in params}
+        a = _copies({n: x for n, x in args.items() if n in params})
         for n in wrt:
             a[f"{n}_dot"] = v[n].copy() if shapes[n] else float(v[n])
             a[f"d_{n}_dot"] = np.zeros(shapes[n] or (1,))
@@ -541,7 +511,7 @@ def _check_hvp(case, hk, hc, vk, vc, args, wrt, rng, stage, eps=1e-6) -> int:
         return {n: np.asarray(a[f"d_{n}_dot"], np.float64).reshape(shapes[n]) for n in wrt}
 
     def grad(shift):
-        a = {n: (x.copy() if isinstance(x, np.ndarray) else x) for n, x in args.items()}
+        a = _copies(args)
         for n in a:
             if n.endswith("_bar"):
                 a[n] = np.zeros_like(a[n]) if isinstance(a[n], np.ndarray) else 0.0
@@ -560,6 +530,7 @@ def _check_hvp(case, hk, hc, vk, vc, args, wrt, rng, stage, eps=1e-6) -> int:
         return (dot(u, grad({n: step * v[n] for n in wrt}))
                 - dot(u, grad({n: -step * v[n] for n in wrt}))) / (2 * step)
 
+    at = grad({n: np.zeros(shapes[n]) for n in wrt})
     unjudged = 0
     for _ in range(2):
         u, v = ({n: rng.standard_normal(shapes[n]) for n in wrt} for _ in range(2))
@@ -569,18 +540,13 @@ def _check_hvp(case, hk, hc, vk, vc, args, wrt, rng, stage, eps=1e-6) -> int:
         if abs(dot(u, hv) - dot(v, hu)) > 1e-9 * (size(u, hv) + size(v, hu)):
             raise Mismatch(f"{stage}: u . Hv = {dot(u, hv)!r} but v . Hu = {dot(v, hu)!r} "
                            f"(the Hessian is not symmetric)")
-        fd, ad = difference(u, v, eps), dot(u, hv)
-        tol = 1e-5 * size(u, hv)
-        if not abs(fd - ad) > tol:  # (a NaN on either side judges nothing)
-            continue
-        at = grad({n: 0.0 * v[n] for n in wrt})
+        ad = dot(u, hv)
+        # how far rounding can move a difference: a few units of the gradient's terms
         rounding = 100 * float(np.finfo(np.float64).eps) / eps * size(u, at)
-        finer = difference(u, v, eps / 10)
-        if rounding > abs(fd - ad) or (abs(finer - ad) > tol
-                                       and abs(finer - fd) > 1e-5 * (1.0 + abs(fd))):
-            unjudged += 1
-            continue
-        if abs(finer - ad) > tol:
+        verdict, fd, finer = _difference_verdict(lambda step: difference(u, v, step), ad,
+                                                 1e-5 * size(u, hv), rounding, eps)
+        unjudged += verdict == "unjudged"
+        if verdict == "differs":
             raise Mismatch(f"{stage}: u . Hv = {ad!r} (hvp) vs {fd!r} (central difference "
                            f"of u . grad along v; {finer!r} at a tenth of the step)")
     return unjudged
@@ -596,7 +562,7 @@ def _check_jvp(case, jk, jc, arrays, scalars, sizes, cots, grads, rng, stage,
     dt = _np_dtype(case)
     wrt = list(grads)
     out_params = [p.name for p in jk.ir.params if p.intent == "out"]
-    rtol = 1e-9 if case.dtype == "f64" else 1e-4
+    rtol = GRADIENT_RTOL[case.dtype]
     for _ in range(directions):
         d = {n: np.asarray(rng.standard_normal(np.shape(grads[n]))).astype(dt) for n in wrt}
         args = {n: (arrays[n].copy() if n in arrays else scalars[n]) for n in _inputs(case)}
@@ -623,6 +589,55 @@ def _check_jvp(case, jk, jc, arrays, scalars, sizes, cots, grads, rng, stage,
                            f"tangents dotted with the cotangents) vs {by_vjp!r} (vjp)\n"
                            + "\n".join(f" d = {d[n]!r} ({n})" for n in wrt) + "\n"
                            + "\n".join(f" {n}_dot = {t!r}" for n, t in tangents.items()))
+
+
+# The relative tolerance of a derivative held to the vjp's (by another build, or by the dot
+# product of another mode's): the builds round apart, fused multiply-adds in one of them.
+GRADIENT_RTOL = {"f64": 1e-9, "f32": 1e-4}
+
+
+def _copies(args: dict) -> dict:
+    """``args`` with every array copied (a call writes into its in-out and out arrays)."""
+    return {n: (v.copy() if isinstance(v, np.ndarray) else v) for n, v in args.items()}
+
+
+def _hold_to_vjp(case, got: dict, grads: dict, oracle, what: str) -> None:
+    """Another build's gradients ``got`` (the deterministic one, the checkpointed one)
+    against the vjp's ``grads``, within ``GRADIENT_RTOL`` (absolute: that times the
+    largest finite magnitude); where they differ by more, JAX (``oracle``, which the vjp
+    matched) judges ``got``, and without it they do not agree."""
+    tol = GRADIENT_RTOL[case.dtype]
+    for n, g in got.items():
+        if np.allclose(g, grads[n], rtol=tol, atol=tol * _finite_scale(grads[n]),
+                       equal_nan=True):
+            continue
+        if oracle is None:
+            raise Mismatch(f"{what}: d_{n} differs from the vjp's\n got  {g!r}\n"
+                           f" want {grads[n]!r}")
+        oracle.check(got, what)
+        return
+
+
+def _difference_verdict(difference, ad: float, tol: float, rounding: float,
+                        eps: float) -> tuple:
+    """``(verdict, the difference at eps, at eps / 10 or NaN)`` for a directional
+    derivative ``ad`` and its central differences ``difference(step)``: "agrees" where
+    the difference at ``eps`` or at a tenth of it is within ``tol`` of ``ad``;
+    "unjudged" where ``rounding`` (how far rounding can move a difference) exceeds the
+    gap, or where the difference moves between the two steps by more than the tolerance
+    (it has not converged: a branch or a ``max`` within a step of the point, or rounding
+    that no step separates from the truncation error); "differs" otherwise."""
+    fd = difference(eps)
+    if not abs(fd - ad) > tol:  # (a NaN on either side judges nothing)
+        return "agrees", fd, math.nan
+    if rounding > abs(fd - ad):
+        return "unjudged", fd, math.nan
+    finer = difference(eps / 10)
+    if not abs(finer - ad) > tol:
+        return "agrees", fd, finer
+    if abs(finer - fd) > 1e-5 * (1.0 + abs(fd)):
+        return "unjudged", fd, finer
+    return "differs", fd, finer
 
 
 def _finite_scale(values: np.ndarray) -> float:
@@ -701,19 +716,12 @@ def _check_fd(case, ck, arrays, scalars, cots, grads, stage, rng, directions=3,
     unjudged = 0
     for _ in range(directions):
         d = {n: rng.standard_normal(np.shape(grads[n])) for n in wrt}
-        fd = difference(d, eps)
         ad = sum(float(np.sum(grads[n] * d[n])) for n in wrt)
         tol = 1e-5 * (1.0 + sum(float(np.sum(np.abs(grads[n] * d[n]))) for n in wrt))
-        if not abs(fd - ad) > tol:  # (a NaN on either side judges nothing)
-            continue
-        if rounding > abs(fd - ad):  # a gap rounding could explain judges nothing
-            unjudged += 1
-            continue
-        finer = difference(d, eps / 10)
-        if not abs(finer - ad) > tol:
-            continue
-        if abs(finer - fd) > 1e-5 * (1.0 + abs(fd)):  # judged by the differences alone
-            unjudged += 1
+        verdict, fd, finer = _difference_verdict(lambda step: difference(d, step), ad, tol,
+                                                 rounding, eps)
+        unjudged += verdict == "unjudged"
+        if verdict != "differs":
             continue
         message = (f"{stage}: directional derivative {ad!r} (vjp) vs {fd!r} (central "
                    f"finite difference of the compiled primal; {finer!r} at a tenth of "
