@@ -8,9 +8,8 @@
    is the loop's form, with nothing else in the way: one thread, a row of W = 512
    floats, 4 input channels, the rows in L1.
 
-   Forms (each computes the same sums; the error column is the largest relative
-   difference of one pass's sums from a float64 computation of them, checked before
-   the timing):
+   Forms (each computes the same sums; clf_error gives the largest relative difference
+   of one pass's sums from a float64 computation of them):
      plain NB    the loop as polyad prints it, NB output channels per pass (1, 2, 4, 8):
                  'omp simd' over v, the NB sums of 9 products each in one statement;
      vector NB   the same with GCC vector types (vector_size(64)): 9 input vectors loaded
@@ -19,16 +18,11 @@
                  partial sums of 3 products (shorter chains of dependent adds);
      intrin 8a   the same, 8 channels, the sums' rows aligned to 64 bytes.
 
-   Build and run (the flags polyad compiles with):
-     gcc -O3 -march=native -fopenmp -std=gnu99 -ffp-contract=fast -fno-trapping-math \
-         -mprefer-vector-width=512 -o /tmp/conv_loop_forms benchmarks/conv_loop_forms.c
-     OMP_NUM_THREADS=1 /tmp/conv_loop_forms [PASSES]
-   The intrinsic forms need AVX-512 (-march=native on such a CPU); elsewhere they are left
-   out. GFLOP/s count a multiply-add as two operations; compare them with one core's
-   share of benchmarks/peak.py. */
+   benchmarks/conv_loop_forms.py builds this file with polyad's flags (benchmarks/cbuild.py)
+   and prints the table: python benchmarks/conv_loop_forms.py. The intrinsic forms need
+   AVX-512 (-march=native on such a CPU); elsewhere they are left out. GFLOP/s count a
+   multiply-add as two operations. */
 #include <math.h>
-#include <stdio.h>
-#include <stdlib.h>
 #include <time.h>
 #ifdef __AVX512F__
 #include <immintrin.h>
@@ -37,7 +31,6 @@
 #define W 512
 #define CI 4
 #define CO 8
-#define ROUNDS 5
 
 static float X[CI][3][W + 32] __attribute__((aligned(64)));
 static float S[CO][W + 48] __attribute__((aligned(64)));
@@ -149,18 +142,60 @@ struct form {
   int whole;   /* only whole vectors of 16 values of v */
 };
 
-/* the largest relative difference between one pass of ``f`` from zero sums and the
-   same sums in float64 */
-static double pass_error(const struct form *f)
+static const struct form forms[] = {
+  {"plain 1", plain1, 1, 1, 0}, {"plain 2", plain2, 2, 1, 0},
+  {"plain 4", plain4, 4, 1, 0}, {"plain 8", plain8, 8, 1, 0},
+  {"vector 2", vector2, 2, 1, 0}, {"vector 4", vector4, 4, 1, 0},
+  {"vector 8", vector8, 8, 1, 0},
+#ifdef __AVX512F__
+  {"intrin 2", intrin2, 2, 1, 1}, {"intrin 4", intrin4, 4, 1, 1},
+  {"intrin 8", intrin8, 8, 1, 1}, {"intrin 8a", intrin8a, 8, 16, 1},
+#endif
+};
+
+static void fill_inputs(void)
 {
+  for (int c = 0; c < CI; c++)
+    for (int r = 0; r < 3; r++)
+      for (int v = 0; v < W + 32; v++)
+        X[c][r][v] = (float)((v * 7 + r + c) % 13) * 0.1f;
+  for (int o = 0; o < CO; o++)
+    for (int c = 0; c < CI; c++)
+      for (int k = 0; k < 9; k++)
+        Wt[o][c][k] = (float)((o + c + k) % 5) * 0.01f;
+}
+
+/* one past the last value of v form f computes */
+static int last_value(const struct form *f)
+{
+  return f->whole ? f->first + (W - 1 - f->first) / 16 * 16 : W - 1;
+}
+
+/* how many forms this build has */
+int clf_count(void)
+{
+  return (int)(sizeof forms / sizeof forms[0]);
+}
+
+/* the name of form f */
+const char *clf_name(int f)
+{
+  return forms[f].name;
+}
+
+/* the largest relative difference between one pass of form f from zero sums and the
+   same sums in float64 */
+double clf_error(int f)
+{
+  const struct form *form = &forms[f];
+  fill_inputs();
   for (int o = 0; o < CO; o++)
     for (int v = 0; v < W + 48; v++)
       S[o][v] = 0.0f;
-  f->pass(0);
-  const int last = f->whole ? f->first + (W - 1 - f->first) / 16 * 16 : W - 1;
+  form->pass(0);
   double worst = 0.0;
-  for (int j = 0; j < f->block; j++)
-    for (int v = f->first; v < last; v++) {
+  for (int j = 0; j < form->block; j++)
+    for (int v = form->first; v < last_value(form); v++) {
       double want = 0.0;
       for (int c = 0; c < CI; c++)
         for (int k = 0; k < 9; k++)
@@ -171,43 +206,22 @@ static double pass_error(const struct form *f)
   return worst;
 }
 
-int main(int argc, char **argv)
+/* GFLOP/s of form f over `passes` channel-passes (in blocks of its channels), the best
+   of `rounds` */
+double clf_gflops(int f, int passes, int rounds)
 {
-  const int passes = argc > 1 ? atoi(argv[1]) : 200000;
-  for (int c = 0; c < CI; c++)
-    for (int r = 0; r < 3; r++)
-      for (int v = 0; v < W + 32; v++)
-        X[c][r][v] = (float)((v * 7 + r + c) % 13) * 0.1f;
-  for (int o = 0; o < CO; o++)
-    for (int c = 0; c < CI; c++)
-      for (int k = 0; k < 9; k++)
-        Wt[o][c][k] = (float)((o + c + k) % 5) * 0.01f;
-  const struct form forms[] = {
-    {"plain 1", plain1, 1, 1, 0}, {"plain 2", plain2, 2, 1, 0},
-    {"plain 4", plain4, 4, 1, 0}, {"plain 8", plain8, 8, 1, 0},
-    {"vector 2", vector2, 2, 1, 0}, {"vector 4", vector4, 4, 1, 0},
-    {"vector 8", vector8, 8, 1, 0},
-#ifdef __AVX512F__
-    {"intrin 2", intrin2, 2, 1, 1}, {"intrin 4", intrin4, 4, 1, 1},
-    {"intrin 8", intrin8, 8, 1, 1}, {"intrin 8a", intrin8a, 8, 16, 1},
-#endif
-  };
-  printf("%-10s %10s %10s %10s\n", "form", "best s", "GFLOP/s", "error");
-  for (size_t f = 0; f < sizeof forms / sizeof forms[0]; f++) {
-    const double error = pass_error(&forms[f]);
-    const int calls = passes / forms[f].block;
-    double best = 1e30;
-    for (int r = 0; r < ROUNDS; r++) {
-      double t0 = now();
-      for (int i = 0; i < calls; i++)
-        forms[f].pass(0);
-      double dt = now() - t0;
-      best = dt < best ? dt : best;
-    }
-    const int last = W - 1;
-    const int values = forms[f].whole ? (last - forms[f].first) / 16 * 16 : last - forms[f].first;
-    const double flops = 2.0 * 9 * CI * values * (double)calls * forms[f].block;
-    printf("%-10s %10.3f %10.1f %10.1e\n", forms[f].name, best, flops / best / 1e9, error);
+  const struct form *form = &forms[f];
+  fill_inputs();
+  const int calls = passes / form->block;
+  double best = 1e30;
+  for (int r = 0; r < rounds; r++) {
+    const double t0 = now();
+    for (int i = 0; i < calls; i++)
+      form->pass(0);
+    const double dt = now() - t0;
+    best = dt < best ? dt : best;
   }
-  return 0;
+  const double flops = 2.0 * 9 * CI * (last_value(form) - form->first) * (double)calls
+                       * form->block;
+  return flops / best / 1e9;
 }

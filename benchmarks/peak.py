@@ -46,6 +46,11 @@ def _peak_lib() -> tuple:
     return _built
 
 
+def threads() -> int:
+    """The threads ``measure`` runs its chains on (OpenMP's)."""
+    return _peak_lib()[0].peak_threads()
+
+
 def measure(repeats: int = 5, seconds: float = 0.05) -> dict:
     """Best-of-``repeats`` GFLOP/s of multiply-adds on every thread; keys 'f32', 'f64'.
     Each repeat runs about ``seconds``."""
@@ -61,18 +66,18 @@ def measure(repeats: int = 5, seconds: float = 0.05) -> dict:
                 break
             steps *= 4
         rates = []
-        threads = lib.peak_threads()
         for _ in range(repeats):
             t = time.perf_counter()
             fn(steps)
-            rates.append(2 * steps * n[dt] * threads / (time.perf_counter() - t) / 1e9)
+            rates.append(2 * steps * n[dt] * lib.peak_threads()
+                         / (time.perf_counter() - t) / 1e9)
         best[dt] = max(rates)
     return best
 
 
 if __name__ == "__main__":
     rates = measure()
-    lib, n = _peak_lib()
-    print(f"multiply-add peak, {lib.peak_threads()} threads, {n['f32']} float32 / "
+    n = lanes()
+    print(f"multiply-add peak, {threads()} threads, {n['f32']} float32 / "
           f"{n['f64']} float64 chains per thread ({host_vector_unit()}): float32 "
           f"{rates['f32']:.1f} GFLOP/s, float64 {rates['f64']:.1f} GFLOP/s")

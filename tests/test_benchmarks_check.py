@@ -163,20 +163,21 @@ def test_flags_compares_builds_that_agree_and_refuses_flags_it_cannot_change(tmp
     assert nothing.returncode == 2 and "name a flag to leave out" in nothing.stderr
 
 
+CONV_LOOP_FORMS_SCRIPT = textwrap.dedent('''
+    import conv_loop_forms
+
+    errors = conv_loop_forms.errors()
+    assert {"plain 1", "plain 4", "vector 4", "vector 8"} <= set(errors), errors
+    assert all(e < 1e-6 for e in errors.values()), errors
+    rates = conv_loop_forms.rates(passes=16, rounds=1)
+    assert set(rates) == set(errors) and all(r > 0 for r in rates.values()), rates
+    print("FORMS-OK")
+''')
+
+
 def test_the_conv_loop_forms_compute_the_same_sums(tmp_path):
     """``benchmarks/conv_loop_forms.c`` (the conv layer's inner loop as polyad prints it,
-    with vector types, with AVX-512 intrinsics where the CPU has them) checks each form's
-    sums against float64 before timing it: built with polyad's flags and run for a few
-    passes, every form is within float32 rounding of them."""
-    exe = str(tmp_path / "conv_loop_forms")
-    src = os.path.join(REPO_ROOT, "benchmarks", "conv_loop_forms.c")
-    subprocess.run(["gcc", "-O3", "-march=native", "-fopenmp", "-std=gnu99",
-                    "-ffp-contract=fast", "-fno-trapping-math", "-o", exe, src, "-lm"],
-                   check=True, timeout=120)
-    proc = subprocess.run([exe, "16"], capture_output=True, text=True, timeout=60,
-                          env=dict(os.environ, OMP_NUM_THREADS="1"))
-    assert proc.returncode == 0, proc.stderr
-    rows = [line.split() for line in proc.stdout.splitlines()[1:]]
-    forms = {" ".join(r[:2]): float(r[-1]) for r in rows}
-    assert {"plain 1", "plain 4", "vector 4", "vector 8"} <= set(forms), proc.stdout
-    assert all(err < 1e-6 for err in forms.values()), proc.stdout
+    with vector types, with AVX-512 intrinsics where the CPU has them), built with
+    polyad's flags by ``conv_loop_forms.py``: one pass of every form is within float32
+    rounding of the sums in float64, and every form can be timed."""
+    _run_with_benchmarks(tmp_path, CONV_LOOP_FORMS_SCRIPT, "FORMS-OK")
