@@ -118,9 +118,10 @@ def test_the_row_loops_of_a_fused_step_run_as_one_loop():
     """``jam_row_loops``: in the fused deconvolution gradient's step the blur row (S2) and
     the residual row with its d_f sums (S3-S13) run in one loop over ``n`` (9 rows: x, 5
     of t, y, d_r's, d_t's); the d_t row (S6-S14) keeps its own, which with them would
-    walk 13 rows (``ROW_STREAMS``); the d_x row (S15-S24), which reads d_t two columns
+    walk 13 rows (``ROW_STREAMS``); the d_x row (S16-S24), which reads d_t two columns
     either side, keeps its own loop (jammed, it would read columns of d_t not yet
-    written)."""
+    written), and gives its d_f sums (S15-S23, odd), which read d_t in the iteration
+    that writes it, to the d_t row (``_jammable_part``)."""
     g = pa.grad(deconv_cost, wrt=["x", "f"])
     sk = artifact_of(g, Options(fuse=True)).scheduled
     jams = [d for d in sk.schedule_decisions if d.startswith(("jammed", "kept the row"))]
@@ -129,18 +130,24 @@ def test_the_row_loops_of_a_fused_step_run_as_one_loop():
         "inside m): what one reads of the other is accessed in the same iteration",
         "kept the row loop of S6, S8, S10, S12, S14 apart from that of zero_d_t, S2, S3, S4, "
         "S5, S7, S9, S11, S13 (loop n inside m): as one loop they would walk 13 rows, more "
-        "than the 10 whose addresses stay in registers"], sk.schedule_decisions
+        "than the 10 whose addresses stay in registers",
+        "jammed the row loop of S15, S17, S19, S21, S23 into that of S6, S8, S10, S12, S14 "
+        "(loop n inside m): what one reads of the other is accessed in the same iteration; "
+        "S0, S16, S18, S20, S22, S24 keep their own loop (reading what it writes in other "
+        "iterations) and share nothing with the statements moved"], sk.schedule_decisions
     loops = {st.owner: st.position[:3] for st in sk.kernel.statements
              if st.loops and st.loops[0].var == "m_chunk"}
     assert loops["S2"] == loops["S3"] != loops["S6"]
-    assert len({loops["S2"], loops["S6"], loops["S15"]}) == 3
+    assert loops["S6"] == loops["S15"] == loops["S23"] != loops["S16"] == loops["S24"]
+    assert len({loops["S2"], loops["S6"], loops["S16"]}) == 3
     step = [st for st in sk.kernel.statements if st.loops and st.loops[0].var == "m_chunk"
             and len(st.loops) > 2]
     assert len(row_streams([st for st in step if st.position[:3] == loops["S2"]])) == 9
     assert len(row_streams([st for st in step if st.position[:3] in
-                            (loops["S2"], loops["S6"])])) == 13
+                            (loops["S2"], loops["S6"])])) == 14
     assert "jammed the row loop of zero_d_t" in pa.explain(g)
     assert "kept the row loop of S6" in pa.explain(g)
+    assert "jammed the row loop of S15" in pa.explain(g)
     assert "jammed" not in pa.explain(g, fuse=False)
 
 

@@ -452,8 +452,19 @@ def jam_row_loops(kernel: ir.Kernel, model: Optional[PolyModel] = None) \
     memory-based): every dependence between the two then joins instances of the same
     iteration, where the first's statements still run before the second's, and each
     loop's own instances keep their order. The ``d_x`` loop, which reads ``d_t`` two
-    columns either side, stays a loop of its own. Returns the kernel and one line per
-    joined pair.
+    columns either side, stays a loop of its own.
+
+    A second loop that cannot join whole may give up part of its body
+    (``_jammable_part``): the statements that touch no element of the second loop's other
+    statements (one of them writing it) and, taken alone, meet the test above join the
+    first loop. The deconvolution gradient's ``d_f`` sums, ``d_f[k] += d_t[n] * x[m, n +
+    k - 2]``, read ``d_t`` in the iteration that writes it; with the ``d_t`` row they use
+    its value while in a register and walk ``x``'s row in the same pass, where in the
+    ``d_x`` loop they loaded both again (at 4096 x 4096 in float32 the gradient ran in
+    0.90-0.91 of the time). Legality: the moved statements keep their order among
+    themselves, and run before the rest of their loop where they ran in between; no
+    element passes between the two parts, so each sees what it saw before. Returns the
+    kernel and one line per joined pair.
 
     Two innermost loops that would walk more than ``ROW_STREAMS`` rows together stay
     apart (a decision line says so): the addresses of their rows would not fit the
@@ -468,8 +479,11 @@ def jam_row_loops(kernel: ir.Kernel, model: Optional[PolyModel] = None) \
         for first, second in _adjacent_row_loops(kernel, chunk_loops):
             if _names(first) & _names(second) & locals_:
                 continue
+            rest: list = []
             if conflicts_across_iterations(model_of(kernel, model), first, second, 2, 3):
-                continue
+                second, rest = _jammable_part(model_of(kernel, model), first, second)
+                if not second:
+                    continue
             where = f"(loop {first[0].loops[2].var} inside {first[0].loops[1].var})"
             innermost = all(len(st.loops) == 3 for st in first + second)
             rows = len(row_streams(first + second)) if innermost else 0
@@ -483,12 +497,38 @@ def jam_row_loops(kernel: ir.Kernel, model: Optional[PolyModel] = None) \
                         f"{ROW_STREAMS} whose addresses stay in registers")
                 continue
             kernel = _fused_at(kernel, first, second, 3)
+            kept = (f"; {_owners(rest)} keep their own loop (reading what it writes in other "
+                    f"iterations) and share nothing with the statements moved" if rest else "")
             decisions.append(
                 f"jammed the row loop of {_owners(second)} into that of {_owners(first)} "
-                f"{where}: what one reads of the other is accessed in the same iteration")
+                f"{where}: what one reads of the other is accessed in the same iteration"
+                + kept)
             break
         else:
             return kernel, decisions
+
+
+def _jammable_part(model: PolyModel, first: list, second: list) -> tuple[list, list]:
+    """(the statements of ``second`` that may join ``first``'s row loop without the rest
+    of ``second``, the rest) for ``jam_row_loops``: the rest is the statements whose
+    accesses meet ``first``'s in different iterations of the row loop, and every
+    statement that shares an array or a scalar with the rest, one of them writing it
+    (the ``d_x`` gather's pieces, and with them the zeroing of ``d_x``); ([], second)
+    when nothing is left to move."""
+    rest = [st for st in second if conflicts_across_iterations(model, first, [st], 2, 3)]
+    part = [st for st in second if st not in rest]
+    while True:
+        written = _written_arrays(rest) | _written_scalars(rest)
+        used = _names(rest)
+        tied = [st for st in part
+                if _used(st) & written or (_written_arrays([st]) | _written_scalars([st])) & used]
+        if not tied:
+            break
+        rest += tied
+        part = [st for st in part if st not in tied]
+    if not part or not rest:
+        return [], second
+    return part, [st for st in second if st in rest]
 
 
 def row_streams(statements: list) -> set:
