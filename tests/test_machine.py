@@ -17,7 +17,7 @@ from polyad import ArgumentError
 from polyad.pipeline import Options, artifact_of, pipeline_key
 from polyad.runtime import toolchain
 from polyad.schedule import machine
-from polyad.schedule.machine import AVX, AVX512, NEON, SSE, VectorUnit, unit_of
+from polyad.schedule.machine import AVX, AVX512, NEON, SSE, ZEN4, VectorUnit, unit_of
 from polyad.target.openmp import plan
 from polyad.testing import interpret
 
@@ -43,12 +43,30 @@ def test_vector_units_of_cpu_flags():
     assert (AVX512.row_block, AVX.row_block, SSE.row_block, NEON.row_block) == (4, 2, 2, 4)
 
 
+def test_zen4_computes_avx512_in_halves():
+    """AMD family 19h (25) with AVX-512 is Zen 4: its unit computes a 512-bit operation in
+    two 256-bit halves, and gets 2 rows per pass; its sums and lanes are AVX-512's."""
+    flags = "fpu sse2 avx avx2 fma avx512f avx512bw".split()
+    assert unit_of(flags, "x86_64", "AuthenticAMD", "25") == ZEN4 == VectorUnit(512, 32, 256)
+    assert unit_of(flags, "x86_64", "AuthenticAMD", "26") == AVX512
+    assert unit_of(flags, "x86_64", "GenuineIntel", "6") == AVX512
+    assert unit_of("fpu sse2 avx avx2 fma".split(), "x86_64", "AuthenticAMD", "25") == AVX
+    assert ZEN4.split and not AVX512.split and not AVX.split
+    assert (ZEN4.row_block, AVX512.row_block) == (2, 4)
+    assert (ZEN4.sum_registers, ZEN4.lane_bits, ZEN4.two_vector_sums) == (24, 1024, 12)
+    assert (ZEN4.spec, AVX512.spec) == ("512x32/256", "512x32")
+    assert str(ZEN4) == "32 vector registers of 512 bits, computed in halves of 256"
+
+
 def test_the_environment_names_the_unit(monkeypatch):
     monkeypatch.setenv(machine.ENV, " 256X16 ")
     assert machine.host_vector_unit() == VectorUnit(256, 16)
+    monkeypatch.setenv(machine.ENV, "512x32/256")
+    assert machine.host_vector_unit() == ZEN4
     monkeypatch.delenv(machine.ENV)
     assert machine.host_vector_unit() == machine._detected_unit()
-    for bad in ("avx2", "256", "0x16", "100x16", "256x2", "x16"):
+    for bad in ("avx2", "256", "0x16", "100x16", "256x2", "x16", "512x32/", "512x32/512",
+                "512x32/100", "512x32/192", "512x32/x"):
         monkeypatch.setenv(machine.ENV, bad)
         with pytest.raises(ArgumentError, match=r"\$POLYAD_VECTOR_UNIT is .*such as 256x16"):
             machine.host_vector_unit()
@@ -92,6 +110,31 @@ def test_the_conv_forward_on_avx2_runs_two_rows_per_pass(avx2):
     src = conv_cost.source
     assert "for (; co + 1 < CO; co += 2) {" in src and "co += 4" not in src
     rng = np.random.default_rng(29)
+    for b, ci, co, h, w in [(1, 1, 1, 1, 1), (1, 2, 3, 4, 9), (2, 3, 5, 5, 21)]:
+        x, wt = rng.standard_normal((b, ci, h, w)), rng.standard_normal((co, ci, 3, 3))
+        y = rng.standard_normal((b, co, h, w))
+        want, _ = interpret(conv_cost.ir, dict(x=x, w=wt, y=y),
+                            dict(B=b, CI=ci, CO=co, H=h, W=w))
+        np.testing.assert_allclose(pa.compile(conv_cost)(x, wt, y), want, rtol=1e-12)
+
+
+def test_the_conv_layer_on_zen4_runs_two_rows_per_pass(monkeypatch):
+    """On a unit computing in halves the forward's per-point sums and the gradient's d_x
+    gather take 2 rows per pass; the filter sums keep AVX-512's blocks of 2 output
+    channels; the values match the interpreter; the pipeline key is the unit's own."""
+    key = pipeline_key(conv_cost.ir, Options())
+    monkeypatch.setenv(machine.ENV, "512x32/256")
+    assert pipeline_key(conv_cost.ir, Options()) != key
+    assert "loop co run in blocks of 2: the sums into s_rows" in pa.explain(conv_cost)
+    assert "for (; co + 1 < CO; co += 2) {" in conv_cost.source
+    grad = pa.grad(conv_cost, wrt=["w", "x"])
+    src = grad.source
+    assert "for (; ci + 1 < CI; ci += 2) {" in src and "ci += 4" not in src
+    assert "co_iter" in src
+    conv_gradient_matches_interpreter(
+        grad, pa.compile(grad), 31,
+        [(1, 1, 1, 1, 1), (1, 3, 5, 4, 9), (2, 5, 3, 5, 21)])
+    rng = np.random.default_rng(31)
     for b, ci, co, h, w in [(1, 1, 1, 1, 1), (1, 2, 3, 4, 9), (2, 3, 5, 5, 21)]:
         x, wt = rng.standard_normal((b, ci, h, w)), rng.standard_normal((co, ci, 3, 3))
         y = rng.standard_normal((b, co, h, w))

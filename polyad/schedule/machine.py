@@ -11,8 +11,9 @@ each spilled on an AVX2 machine (16 registers of 256 bits): sized for that machi
 unit it ran 10-14 % faster there, and its C compiled in half the time.
 
 ``host_vector_unit()`` reads ``$POLYAD_VECTOR_UNIT`` (``BITSxREGISTERS``, e.g.
-``256x16``; at every compile, as ``POLYAD_CACHE_DIR``), else the host's CPU flags
-(Linux ``/proc/cpuinfo``). ``cpu_fingerprint()`` names what ``-march=native`` means on
+``256x16``, or ``BITSxREGISTERS/HALF`` for a unit that computes each operation in halves
+of ``HALF`` bits, ``512x32/256``; at every compile, as ``POLYAD_CACHE_DIR``), else the
+host's CPU flags and, for that one, its vendor and family (Linux ``/proc/cpuinfo``). ``cpu_fingerprint()`` names what ``-march=native`` means on
 this host, for the cache keys: a library or a schedule made on another CPU (a cache
 directory shared over a network file system) is never reused here.
 """
@@ -32,10 +33,18 @@ ENV = "POLYAD_VECTOR_UNIT"
 
 @dataclass(frozen=True)
 class VectorUnit:
-    """A CPU's vector registers: ``registers`` of ``bits`` each."""
+    """A CPU's vector registers: ``registers`` of ``bits`` each, each operation computed
+    on ``datapath`` bits at a time (0: all ``bits``; AMD's Zen 4 runs AVX-512 as two
+    halves of 256 bits)."""
 
     bits: int
     registers: int
+    datapath: int = 0
+
+    @property
+    def split(self) -> bool:
+        """Does the unit compute an operation on a register in more than one part?"""
+        return 0 < self.datapath < self.bits
 
     @property
     def sum_registers(self) -> int:
@@ -62,20 +71,30 @@ class VectorUnit:
         conv layer's per-point sums, the rows of its ``d_x`` gather): a register per row
         and per tap weight of each. 4 on 32 registers (the conv forward 4.4-4.7 ms
         against 5.1-5.5 with 2, on AVX-512), 2 on 16 (on AVX2 the forward ran in
-        0.80-0.94 of the time it took with 4, the gradient in 0.94-0.98)."""
+        0.80-0.94 of the time it took with 4, the gradient in 0.94-0.98). 2 on a unit
+        that computes in halves (AVX-512 on Zen 4: with 2 the conv forward ran in
+        0.95-1.0 of the time it took with 4, the gradient in 0.95-0.98; 4 rows' 40
+        accumulators and weights spill there, and each of the 36 multiply-adds of a
+        pass loads its input again)."""
+        if self.split:
+            return 2
         return max(2, self.registers // 8)
 
     @property
     def spec(self) -> str:
-        """``BITSxREGISTERS``, as ``$POLYAD_VECTOR_UNIT`` writes it (``parse_vector_unit``)."""
-        return f"{self.bits}x{self.registers}"
+        """``BITSxREGISTERS`` (``BITSxREGISTERS/HALF`` for a unit computing in halves), as
+        ``$POLYAD_VECTOR_UNIT`` writes it (``parse_vector_unit``)."""
+        half = f"/{self.datapath}" if self.split else ""
+        return f"{self.bits}x{self.registers}{half}"
 
     def __str__(self) -> str:
-        return f"{self.registers} vector registers of {self.bits} bits"
+        half = f", computed in halves of {self.datapath}" if self.split else ""
+        return f"{self.registers} vector registers of {self.bits} bits{half}"
 
 
 # The units of the CPU flags /proc/cpuinfo lists, widest first.
 AVX512 = VectorUnit(512, 32)
+ZEN4 = VectorUnit(512, 32, 256)  # AMD family 19h with AVX-512: two 256-bit halves per operation
 AVX = VectorUnit(256, 16)
 SSE = VectorUnit(128, 16)
 NEON = VectorUnit(128, 32)
@@ -90,28 +109,38 @@ def host_vector_unit() -> VectorUnit:
 
 
 def parse_vector_unit(text: str) -> VectorUnit:
-    """``"256x16"`` -> VectorUnit(256, 16); ArgumentError naming the variable otherwise."""
-    bits, sep, registers = text.strip().lower().partition("x")
-    if sep and bits.isdigit() and registers.isdigit():
-        unit = VectorUnit(int(bits), int(registers))
-        if unit.bits >= 64 and unit.bits % 64 == 0 and unit.registers >= 4:
+    """``"256x16"`` -> VectorUnit(256, 16), ``"512x32/256"`` -> VectorUnit(512, 32, 256);
+    ArgumentError naming the variable otherwise."""
+    unit_text, slash, half = text.strip().lower().partition("/")
+    bits, sep, registers = unit_text.partition("x")
+    if sep and bits.isdigit() and registers.isdigit() and (not slash or half.isdigit()):
+        unit = VectorUnit(int(bits), int(registers), int(half) if slash else 0)
+        if (unit.bits >= 64 and unit.bits % 64 == 0 and unit.registers >= 4
+                and (not slash or (unit.split and unit.datapath % 64 == 0
+                                   and unit.bits % unit.datapath == 0))):
             return unit
     raise ArgumentError(f"${ENV} is {text!r}: write the bits of a vector register and how many "
-                        f"there are, such as 256x16 (AVX2) or 512x32 (AVX-512), or unset it "
-                        f"to use the host CPU's")
+                        f"there are, such as 256x16 (AVX2) or 512x32 (AVX-512), and after a "
+                        f"slash the bits each operation is computed on where that is fewer, "
+                        f"such as 512x32/256 (AVX-512 on AMD Zen 4), or unset it to use the "
+                        f"host CPU's")
 
 
 @functools.lru_cache(maxsize=None)
 def _detected_unit() -> VectorUnit:
-    return unit_of(_cpuinfo_field("flags", "features").split(), platform.machine())
+    return unit_of(_cpuinfo_field("flags", "features").split(), platform.machine(),
+                   _cpuinfo_field("vendor_id"), _cpuinfo_field("cpu family"))
 
 
-def unit_of(flags, machine: str) -> VectorUnit:
+def unit_of(flags, machine: str, vendor: str = "", family: str = "") -> VectorUnit:
     """The vector unit of a CPU with the /proc/cpuinfo ``flags`` (x86) or ``features``
-    (Arm) and ``platform.machine()`` name ``machine``."""
+    (Arm), ``vendor_id`` ``vendor`` and ``cpu family`` ``family`` (decimal), and
+    ``platform.machine()`` name ``machine``."""
     flags, machine = set(flags), machine.lower()
     if "avx512f" in flags:
-        return AVX512
+        # AMD family 19h (25) with AVX-512 is Zen 4, which computes a 512-bit operation
+        # in two 256-bit halves
+        return ZEN4 if vendor == "AuthenticAMD" and family.strip() == "25" else AVX512
     if "avx" in flags:
         return AVX
     if machine in ("aarch64", "arm64"):
