@@ -1190,3 +1190,29 @@ def test_a_set_with_existential_variables_isl_left_unknown_becomes_a_condition()
                 point = isl.Set(f"[N] -> {{ [{x}, {y}] : N = {n} }}")
                 inside = not s.intersect(point).is_empty()
                 assert _holds(cond, {"N": n, "x": x, "y": y}) == inside, (n, x, y)
+
+
+@pa.kernel
+def dropped_argument(x: pa.f64[N, N].mirror, y: pa.Out(pa.f64[N, N].zero), s: pa.f64):
+    for i in range(N):
+        for j in range(N):
+            y[j, j - 1 - N] += pa.sin(x[i + 2, j] * x[i, 2 * j - 2])
+            y[j, i] += s * x[i, j] + y[i, j]
+
+
+def test_the_argument_of_a_dropped_write_is_not_computed_in_a_checkpointed_step():
+    """Fuzz seed 19191: the checkpointed vjp's step kernel computes the argument of
+    ``sin`` reading two elements into a temporary of its own (``_argument_temp``), also
+    where the write it belongs to falls outside the ``.zero`` array (here always, at
+    column ``j - 1 - N``) and is dropped with its reads. At N = 1 and 2 the mirror read
+    ``x[i + 2, j]`` of those dropped instances needs two reflections, and the step
+    refused sizes the kernel, its plain vjp and the checkpointed vjp's other pieces take.
+    The temporary is now computed only where the write lands (never, here)."""
+    vjp = pa.vjp(dropped_argument, ["x", "s"])
+    checkpointed = pa.vjp(dropped_argument, ["x", "s"], checkpoint=1)
+    for n in (1, 2, 3, 4):
+        rng = np.random.default_rng(19191 + n)
+        x, ybar = rng.standard_normal((n, n)), rng.standard_normal((n, n))
+        dropped_argument(x, s=0.7)
+        for got, want in zip(checkpointed(x, 0.7, ybar), vjp(x, 0.7, ybar)):
+            np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)

@@ -51,6 +51,7 @@ from . import exprs as X
 from ..poly import PolyModel, boundary_access_map, isl_name
 from .recorded import analysable_error_types
 from .reverse import Names
+from .tape import written_inside
 
 #: names of the segment bounds (made unique against the kernel's own names)
 SEGMENT_START, SEGMENT_STOP = "seg_t0", "seg_t1"
@@ -245,6 +246,7 @@ def _step_kernel(k, inside, lp, start, arrays, temps, entry, local, used):
                                "=", Load(n, ix, at.dtype), _first_line(inside),
                                f"{nxt} = {n} (the state the step updates)"))
     first = len(renamed)
+    written_types = {**arrays, **{nxt: arrays[n] for n, nxt in renamed.items()}}
     for st in inside:
         st = dataclasses.replace(
             st, loops=tuple(Loop(q.var, at_t0(q.lo), at_t0(q.hi), q.step) for q in st.loops[1:]),
@@ -257,7 +259,7 @@ def _step_kernel(k, inside, lp, start, arrays, temps, entry, local, used):
             expr = st.expr if st.op == "=" else Binary(st.op[0], t, st.expr, t.dtype)
             st = dataclasses.replace(st, target=Load(renamed[t.array], t.index, t.dtype), op="=",
                                      expr=expr)
-        arg_stmt = _argument_temp(st, names, new_temps)
+        arg_stmt = _argument_temp(st, names, new_temps, written_types)
         if arg_stmt is not None:
             stmts.append(arg_stmt[0])
             st = arg_stmt[1]
@@ -278,12 +280,16 @@ def _first_line(stmts) -> int:
     return min(st.line for st in stmts)
 
 
-def _argument_temp(st: Statement, names: Names, new_temps: dict):
+def _argument_temp(st: Statement, names: Names, new_temps: dict, array_types: dict):
     """(``Z[i, j] = arg`` in a loop nest of its own, ``st`` reading ``Z[i, j]`` instead of
     ``arg``) for the first
     transcendental call of ``st`` whose argument reads two or more array elements; None
     when there is none or its loops are not plain boxes
-    (constant start >= 0, end free of loop variables, step 1)."""
+    (constant start >= 0, end free of loop variables, step 1). ``Z`` is computed only
+    where ``st``'s write lands (``tape.written_inside``, ``array_types`` the arrays'
+    types): a write outside a ``.zero`` array is dropped with the reads of its
+    statement, which must not ask the sizes for reads that never run (fuzz seed 19191:
+    the mirror read in the argument of a dropped write refused sizes the kernel takes)."""
     inner = st.loops
     if not inner:
         return None
@@ -311,6 +317,8 @@ def _argument_temp(st: Statement, names: Names, new_temps: dict):
             pos = (st.position[0] - 1,) + st.position[1:]
             z_stmt = dataclasses.replace(st, name=f"{st.name}_arg", position=pos, target=ref,
                                          op="=", expr=arg,
+                                         conditions=st.conditions
+                                         + written_inside(array_types, st.target),
                                          source=f"argument of {call.func} in: {st.source}")
             return z_stmt, dataclasses.replace(st, expr=expr)
     return None
