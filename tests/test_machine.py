@@ -102,6 +102,18 @@ def test_the_conv_gradient_on_avx2_keeps_its_sums_unblocked(avx2):
     assert {4, 8} <= f64
 
 
+def conv_forward_matches_interpreter(seed):
+    """Assert that the compiled conv forward gives the interpreter's cost for random
+    inputs at a few shapes, rows shorter and longer than a block of lanes."""
+    rng = np.random.default_rng(seed)
+    for b, ci, co, h, w in [(1, 1, 1, 1, 1), (1, 2, 3, 4, 9), (2, 3, 5, 5, 21)]:
+        x, wt = rng.standard_normal((b, ci, h, w)), rng.standard_normal((co, ci, 3, 3))
+        y = rng.standard_normal((b, co, h, w))
+        want, _ = interpret(conv_cost.ir, dict(x=x, w=wt, y=y),
+                            dict(B=b, CI=ci, CO=co, H=h, W=w))
+        np.testing.assert_allclose(pa.compile(conv_cost)(x, wt, y), want, rtol=1e-12)
+
+
 def test_the_conv_forward_on_avx2_runs_two_rows_per_pass(avx2):
     """Each row of a block and each of its 9 taps' weights takes a register: blocks of 2
     output channels on 16 registers, of 4 on 32."""
@@ -109,13 +121,7 @@ def test_the_conv_forward_on_avx2_runs_two_rows_per_pass(avx2):
     assert "loop co run in blocks of 2: the sums into s_rows for the 2 values" in text
     src = conv_cost.source
     assert "for (; co + 1 < CO; co += 2) {" in src and "co += 4" not in src
-    rng = np.random.default_rng(29)
-    for b, ci, co, h, w in [(1, 1, 1, 1, 1), (1, 2, 3, 4, 9), (2, 3, 5, 5, 21)]:
-        x, wt = rng.standard_normal((b, ci, h, w)), rng.standard_normal((co, ci, 3, 3))
-        y = rng.standard_normal((b, co, h, w))
-        want, _ = interpret(conv_cost.ir, dict(x=x, w=wt, y=y),
-                            dict(B=b, CI=ci, CO=co, H=h, W=w))
-        np.testing.assert_allclose(pa.compile(conv_cost)(x, wt, y), want, rtol=1e-12)
+    conv_forward_matches_interpreter(29)
 
 
 def test_the_conv_layer_on_zen4_runs_two_rows_per_pass(monkeypatch):
@@ -134,13 +140,7 @@ def test_the_conv_layer_on_zen4_runs_two_rows_per_pass(monkeypatch):
     conv_gradient_matches_interpreter(
         grad, pa.compile(grad), 31,
         [(1, 1, 1, 1, 1), (1, 3, 5, 4, 9), (2, 5, 3, 5, 21)])
-    rng = np.random.default_rng(31)
-    for b, ci, co, h, w in [(1, 1, 1, 1, 1), (1, 2, 3, 4, 9), (2, 3, 5, 5, 21)]:
-        x, wt = rng.standard_normal((b, ci, h, w)), rng.standard_normal((co, ci, 3, 3))
-        y = rng.standard_normal((b, co, h, w))
-        want, _ = interpret(conv_cost.ir, dict(x=x, w=wt, y=y),
-                            dict(B=b, CI=ci, CO=co, H=h, W=w))
-        np.testing.assert_allclose(pa.compile(conv_cost)(x, wt, y), want, rtol=1e-12)
+    conv_forward_matches_interpreter(31)
 
 
 @pytest.mark.parametrize("deterministic", [False, True])
