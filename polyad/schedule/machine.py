@@ -13,9 +13,10 @@ unit it ran 10-14 % faster there, and its C compiled in half the time.
 ``host_vector_unit()`` reads ``$POLYAD_VECTOR_UNIT`` (``BITSxREGISTERS``, e.g.
 ``256x16``, or ``BITSxREGISTERS/HALF`` for a unit that computes each operation in halves
 of ``HALF`` bits, ``512x32/256``; at every compile, as ``POLYAD_CACHE_DIR``), else the
-host's CPU flags and, for that one, its vendor and family (Linux ``/proc/cpuinfo``). ``cpu_fingerprint()`` names what ``-march=native`` means on
-this host, for the cache keys: a library or a schedule made on another CPU (a cache
-directory shared over a network file system) is never reused here.
+host's CPU flags, vendor and family (Linux ``/proc/cpuinfo``). ``cpu_fingerprint()``
+names what ``-march=native`` means on this host, for the cache keys: a library or a
+schedule made on another CPU (a cache directory shared over a network file system) is
+never reused here.
 """
 
 from __future__ import annotations
@@ -73,9 +74,10 @@ class VectorUnit:
         against 5.1-5.5 with 2, on AVX-512), 2 on 16 (on AVX2 the forward ran in
         0.80-0.94 of the time it took with 4, the gradient in 0.94-0.98). 2 on a unit
         that computes in halves (AVX-512 on Zen 4: with 2 the conv forward ran in
-        0.95-1.0 of the time it took with 4, the gradient in 0.95-0.98; 4 rows' 40
-        accumulators and weights spill there, and each of the 36 multiply-adds of a
-        pass loads its input again)."""
+        0.95-1.0 of the time it took with 4, the gradient in 0.95-0.98). 4 rows take 40
+        registers of 32: gcc keeps 31 tap weights, reloads the others every iteration
+        and folds a load of the input into each of the pass's 36 multiply-adds, which
+        the AVX-512 host of the first measurement absorbed and Zen 4 does not."""
         if self.split:
             return 2
         return max(2, self.registers // 8)
