@@ -10,6 +10,7 @@ Run directly: ``python benchmarks/conv_loop_forms.py [--passes N] [--rounds R]``
 from __future__ import annotations
 
 import argparse
+import functools
 
 import cbuild
 import peak
@@ -21,29 +22,27 @@ double clf_error(int f);
 double clf_gflops(int f, int passes, int rounds);
 """
 
-_lib = None
-
-
-def _forms_lib():
+@functools.lru_cache(maxsize=None)
+def _forms_lib() -> cbuild.CLib:
     """``conv_loop_forms.c`` built and loaded, once per process."""
-    global _lib
-    if _lib is None:
-        _lib = cbuild.CLib(cbuild.HERE / "conv_loop_forms.c", CDEF)
-    return _lib
+    return cbuild.CLib(cbuild.HERE / "conv_loop_forms.c", CDEF)
+
+
+def _forms() -> list:
+    """(index, name) of every form the C has."""
+    clib = _forms_lib()
+    return [(f, clib.ffi.string(clib.lib.clf_name(f)).decode())
+            for f in range(clib.lib.clf_count())]
 
 
 def errors() -> dict:
     """Form name -> the largest relative difference of one pass's sums from float64."""
-    clib = _forms_lib()
-    return {clib.ffi.string(clib.lib.clf_name(f)).decode(): clib.lib.clf_error(f)
-            for f in range(clib.lib.clf_count())}
+    return {name: _forms_lib().lib.clf_error(f) for f, name in _forms()}
 
 
 def rates(passes: int = 200_000, rounds: int = 5) -> dict:
     """Form name -> GFLOP/s (a multiply-add counts as two), best of ``rounds``."""
-    clib = _forms_lib()
-    return {clib.ffi.string(clib.lib.clf_name(f)).decode():
-            clib.lib.clf_gflops(f, passes, rounds) for f in range(clib.lib.clf_count())}
+    return {name: _forms_lib().lib.clf_gflops(f, passes, rounds) for f, name in _forms()}
 
 
 def main(argv=None) -> None:

@@ -66,11 +66,11 @@ def measure(repeats: int = 5, seconds: float = 0.05) -> dict:
                 break
             steps *= 4
         rates = []
+        chains = n[dt] * threads()
         for _ in range(repeats):
             t = time.perf_counter()
             fn(steps)
-            rates.append(2 * steps * n[dt] * lib.peak_threads()
-                         / (time.perf_counter() - t) / 1e9)
+            rates.append(2 * steps * chains / (time.perf_counter() - t) / 1e9)
         best[dt] = max(rates)
     return best
 

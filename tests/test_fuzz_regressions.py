@@ -1207,12 +1207,14 @@ def test_the_argument_of_a_dropped_write_is_not_computed_in_a_checkpointed_step(
     column ``j - 1 - N``) and is dropped with its reads. At N = 1 and 2 the mirror read
     ``x[i + 2, j]`` of those dropped instances needs two reflections, and the step
     refused sizes the kernel, its plain vjp and the checkpointed vjp's other pieces take.
-    The temporary is now computed only where the write lands (never, here)."""
+    The temporary is now computed only where the write lands (never, here); the vjp it
+    is held to is held to central differences first."""
     vjp = pa.vjp(dropped_argument, ["x", "s"])
     checkpointed = pa.vjp(dropped_argument, ["x", "s"], checkpoint=1)
     for n in (1, 2, 3, 4):
         rng = np.random.default_rng(19191 + n)
         x, ybar = rng.standard_normal((n, n)), rng.standard_normal((n, n))
         dropped_argument(x, s=0.7)
+        check_vjp_against_fd(dropped_argument, ["x", "s"], {"x": x, "s": 0.7}, {"y": ybar})
         for got, want in zip(checkpointed(x, 0.7, ybar), vjp(x, 0.7, ybar)):
             np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)

@@ -178,6 +178,11 @@ def _written_scalars(nest: list) -> set:
     return {st.target.name for st in nest if isinstance(st.target, ScalarRef)}
 
 
+def _written(nest: list) -> set:
+    """The arrays and scalars the statements of ``nest`` write."""
+    return _written_arrays(nest) | _written_scalars(nest)
+
+
 def _used(st: ir.Statement) -> set:
     return st.read_names() | {st.target_name}
 
@@ -236,7 +241,7 @@ def _producer_ok(kernel: ir.Kernel, nest: list, later: list, between: list) -> s
         if isinstance(st.target, ScalarRef) and st.target.name in reads:
             return f"{st.owner} writes {st.target.name!r}, which it reads"
     for st in between:
-        if _used(st) & (_written_arrays(nest) | _written_scalars(nest)):
+        if _used(st) & _written(nest):
             return f"{st.owner}, between the nests, uses what it writes"
     return ""
 
@@ -518,10 +523,8 @@ def _jammable_part(model: PolyModel, first: list, second: list) -> tuple[list, l
     rest = [st for st in second if conflicts_across_iterations(model, first, [st], 2, 3)]
     part = [st for st in second if st not in rest]
     while True:
-        written = _written_arrays(rest) | _written_scalars(rest)
-        used = _names(rest)
-        tied = [st for st in part
-                if _used(st) & written or (_written_arrays([st]) | _written_scalars([st])) & used]
+        written, used = _written(rest), _names(rest)
+        tied = [st for st in part if _used(st) & written or _written([st]) & used]
         if not tied:
             break
         rest += tied
@@ -954,9 +957,9 @@ def _linked_rows(kernel: ir.Kernel, model: Optional[PolyModel], temps: dict, fir
         return None
     if v in _written_arrays(second):
         return None
-    if any(_used(st) & (_written_arrays(first) | _written_scalars(first)) - {v}
+    if any(_used(st) & _written(first) - {v}
            for st in second) or \
-            any(_used(st) & (_written_arrays(second) | _written_scalars(second))
+            any(_used(st) & _written(second)
                 for st in first):
         return None
     outer_vars = [lp.var for lp in outer]
