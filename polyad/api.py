@@ -23,6 +23,7 @@ from .report import explain
 from .runtime.loader import KernelFunction
 from .runtime.threads import num_threads
 from .schedule import machine
+from .schedule.fusion import FINE_CHUNK_ROWS
 from .tracebacks import filtered, is_internal, user_facing
 
 
@@ -137,10 +138,12 @@ class Kernel:
             build = self._build(options)
             function = options.target_object.load(build, sanitize)
             if build.chunked_extents:
-                function.run_unfused_when_unbalanced(
+                function.run_other_schedules_when_unbalanced(
                     build.chunked_extents,
                     lambda: self.compile(target, sanitize, deterministic, tile, fuse=False),
-                    build.large_sizes)
+                    build.large_sizes,
+                    (lambda: self.compile(target, sanitize, deterministic, tile,
+                                          fuse=FINE_CHUNK_ROWS)) if build.fine_chunks else None)
             self._compiled[key] = function
         return self._compiled[key]
 
@@ -277,9 +280,11 @@ def compile(k: Kernel, target: str = "openmp", sanitize: Optional[str] = None,
     temporary shrinks to the rows still live, per thread (``pa.explain``: "fused the
     nests of S2 into the nest of S4 at depth 1 ...: t kept as 5 rows per thread").
     None (default): where a producer runs ahead, and at run time only for the calls
-    whose chunks of rows keep every thread busy or that are small (the others, of 2^20
-    points or more, run the unfused schedule, compiled on first use); True: also where
-    none runs ahead, at every size; False: never.
+    whose chunks of 64 rows keep every thread busy or that are small (the others, of 2^20
+    points or more, run chunks of 16 rows where those balance the threads and a chunk
+    recomputes at most 2 rows, else the unfused schedule, compiled on first use); True:
+    also where none runs ahead, at every size; a positive integer: as True, in chunks of
+    that many rows; False: never.
     """
     if not isinstance(k, Kernel):
         raise TypeError(f"pa.compile() takes a @pa.kernel, got {type(k).__name__}")

@@ -46,8 +46,10 @@ class Options:
     outermost loop first; the last repeats for deeper loops). ``fuse``: fuse chains of
     producer and consumer nests through rolling row buffers (``schedule.fusion``; targets
     whose threads run chunks of rows only, OpenMP): None (default) where a producer runs
-    ahead, for the calls whose chunks keep the threads busy (the others run the unfused
-    schedule), True also where none runs ahead and at every size, False never.
+    ahead, for the calls whose chunks keep the threads busy (the others run finer chunks,
+    where a chunk recomputes few rows, or the unfused schedule), True also where none runs
+    ahead and at every size, a positive integer as True in chunks of that many rows (64
+    for True), False never.
     """
 
     target: str = "openmp"
@@ -61,10 +63,12 @@ class Options:
         if self.sanitize not in SANITIZERS:
             raise ValueError("sanitize must be None or 'address'")
         object.__setattr__(self, "deterministic", bool(self.deterministic))
-        if not (self.fuse is None or isinstance(self.fuse, bool)):
+        if not (self.fuse is None or isinstance(self.fuse, bool)
+                or (isinstance(self.fuse, int) and self.fuse > 0)):
             raise ArgumentError(f"fuse must be None (fuse chains where a producer runs "
-                                f"ahead), True (every chain) or False (none); "
-                                f"got {self.fuse!r}")
+                                f"ahead), True (every chain), a positive number of rows "
+                                f"(every chain, in chunks of that many rows) or False "
+                                f"(none); got {self.fuse!r}")
         if self.tile not in (None, False):
             sizes = (self.tile,) if isinstance(self.tile, int) else tuple(self.tile)
             if not sizes or not all(isinstance(t, int) and not isinstance(t, bool) and t > 0
@@ -109,7 +113,7 @@ class Artifact:
         sk = self.scheduled
         return Build(sk.kernel, self.source, self.signature, tuple(sk.requirements),
                      tuple(sk.model.params), sk.chunked_extents, self.options.deterministic,
-                     self.kernel.outputs_assigned_first(), sk.large_sizes)
+                     self.kernel.outputs_assigned_first(), sk.large_sizes, sk.fine_chunks)
 
 
 @dataclass(frozen=True)
@@ -121,7 +125,8 @@ class Build:
     conditions checked before a call (``poly.SizeRequirement``); ``param_names``:
     the ISL parameter names in order; ``chunked_extents``: the extents of the loops
     fused chains run in chunks, where the fusion was the default's choice (the loader
-    runs the unfused build for a call whose chunks leave threads idle); ``deterministic``:
+    runs finer chunks, where ``fine_chunks``, or the unfused build for a call whose chunks
+    leave threads idle: ``schedule.fusion.chunk_schedule``); ``deterministic``:
     the source is a ``deterministic=True`` build's (compiled with every product rounded,
     ``runtime.toolchain.arithmetic_flags``); ``assigned_outputs``: the ``pa.Out`` arrays
     the kernel assigns entirely before reading them (``ir.Kernel.outputs_assigned_first``:
@@ -142,6 +147,7 @@ class Build:
     deterministic: bool = False
     assigned_outputs: tuple = ()
     large_sizes: tuple = ()
+    fine_chunks: bool = False
 
 
 def pipeline_key(ir_kernel: ir.Kernel, options: Options) -> str:

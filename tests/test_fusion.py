@@ -15,7 +15,8 @@ import pytest
 import polyad as pa
 from polyad import ir
 from polyad.pipeline import Options, artifact_of
-from polyad.schedule.fusion import CHUNK_ROWS, chunks_balanced, row_streams
+from polyad.schedule.fusion import (BALANCED, CHUNK_ROWS, FINE_CHUNK_ROWS, chunk_balance,
+                                     chunk_schedule, row_streams)
 from polyad.testing import interpret
 
 from ad_helpers import assert_close, fd_grad, run_reference, scalar_fn
@@ -232,14 +233,46 @@ def test_buffers_of_planes_are_fused_by_default():
     assert ("at run time, a call of 2^20 points or more whose chunks of 64 rows of X would "
             "keep a thread busy for less than 80% of the busiest one's time, or whose sizes "
             "miss X >= 6 and Y >= 4 and Z >= 4, runs the unfused schedule") in text
+    assert ("before that, one whose chunks of 16 rows keep every thread busy for at least "
+            "80% of the busiest one's time, and the threads busier than chunks of 64 rows do "
+            "by more than 5%, runs chunks of 16 rows (fuse=16)") in text
     assert "d_r_expanded kept as 3 rows per thread" in pa.explain(g, fuse=True)
+    assert "the loop over i runs in chunks of 16 rows" in pa.explain(g, fuse=16)
     assert "fused the nests" not in pa.explain(g, fuse=False)
     rng = np.random.default_rng(8)
-    for shape in [(1, 1, 1), (3, 2, 4), (5, 4, 3), (2 * CHUNK_ROWS + 3, 3, 2)]:
+    for shape in [(1, 1, 1), (3, 2, 4), (5, 4, 3), (2 * CHUNK_ROWS + 3, 3, 2),
+                  (2 * FINE_CHUNK_ROWS + 1, 2, 3)]:
         x, y = rng.standard_normal(shape), rng.standard_normal(shape)
         want = run_reference(g, x, y)
-        for fuse in (None, True):
+        for fuse in (None, True, FINE_CHUNK_ROWS):
             assert_close(pa.compile(g, fuse=fuse)(x, y), want, rtol=1e-12, atol=1e-12)
+
+
+def test_a_call_whose_chunks_leave_a_thread_idle_runs_finer_chunks(monkeypatch):
+    """The 3-D stencil gradient's chunks recompute 2 planes: a call of 161 planes on 2
+    threads (chunks of 64: 97 planes for one thread, 64 for the other) runs chunks of
+    16 planes, compiled on first use; 256 planes (balanced) and one thread run the
+    default's chunks. Values against the unfused schedule (the finer chunks' against the
+    interpreter: ``test_buffers_of_planes_are_fused_by_default``); the deconvolution
+    gradient (8 rows recomputed per chunk) has no finer chunks."""
+    g = pa.grad(stencil7, wrt="x")
+    fine = pa.compile(g, fuse=FINE_CHUNK_ROWS)
+    calls = []
+    c_function = fine._fn
+    monkeypatch.setattr(fine, "_fn", lambda *a: calls.append(1) or c_function(*a))
+    rng = np.random.default_rng(17)
+    for threads, planes, runs_fine in [(2, 161, True), (2, 256, False), (1, 161, False)]:
+        shape = (planes, 64, 1 + (1 << 20) // (planes * 64))
+        x, y = rng.standard_normal(shape), rng.standard_normal(shape)
+        calls.clear()
+        with pa.num_threads(threads):
+            got = pa.compile(g)(x, y)
+        assert len(calls) == runs_fine, (threads, planes)
+        if planes == 161:
+            np.testing.assert_allclose(got, pa.compile(g, fuse=False)(x, y), rtol=1e-12,
+                                       atol=1e-12)
+    assert "chunks of 16 rows" not in pa.explain(pa.grad(deconv_cost, wrt=["x", "f"]))
+
 
 
 @pytest.mark.parametrize("extent, threads, balanced", [
@@ -253,7 +286,26 @@ def test_buffers_of_planes_are_fused_by_default():
 def test_chunks_balance_the_threads(extent, threads, balanced):
     """Chunks go to the threads round-robin (``schedule(static, 1)``); a call runs the
     fused chain when each thread is busy for at least 80 % of the busiest one's time."""
-    assert chunks_balanced(extent, threads) == balanced
+    assert (chunk_balance(extent, threads, CHUNK_ROWS) >= BALANCED) == balanced
+    big = 1 << 20
+    assert chunk_schedule([extent], big, threads) == ("fused" if balanced else "unfused")
+    assert chunk_schedule([extent], big - 1, threads) == "fused"
+    assert chunk_schedule([extent], big, threads, small=True) == "unfused"
+
+
+@pytest.mark.parametrize("extent, threads, schedule", [
+    (161, 2, "fine"),      # 97 and 64 planes (83 %); in 16s: 81 and 80
+    (100, 2, "fine"),      # 64 and 36 (78 %, else unfused); in 16s: 52 and 48
+    (CHUNK_ROWS, 2, "fine"), (20, 2, "unfused"),  # 16 and 4 rows: 62 %
+    (256, 2, "fused"),     # balanced in 64s: the finer chunks would only cost
+    (130, 2, "fused"),     # 66 and 64 (98 %): the finer ones gain less than 5 %
+    (161, 1, "fused")])
+def test_finer_chunks_run_where_they_balance_the_threads(extent, threads, schedule):
+    """Where a chain's chunks recompute few rows, a large call whose chunks of 64 rows
+    leave a thread partly idle runs chunks of 16 rows when those keep the threads busier
+    by more than 5 %, and for at least 80 % of the busiest one's time."""
+    assert chunk_schedule([extent], 1 << 20, threads, fine=True) == schedule
+    assert chunk_schedule([256, extent], 1 << 20, threads, fine=True) == schedule
 
 
 def test_a_call_whose_chunks_leave_a_thread_idle_runs_the_unfused_schedule(monkeypatch):
@@ -424,8 +476,9 @@ def test_fused_corpus_kernels_match_the_interpreter():
 
 
 def test_a_bad_fuse_option_is_refused():
-    for bad in ("yes", 1, 0.0):
-        with pytest.raises(pa.ArgumentError, match="fuse must be None .* True .* or False"):
+    for bad in ("yes", "16", 0, -16, 1.5, 0.0):
+        with pytest.raises(pa.ArgumentError, match="fuse must be None .* True .* a positive "
+                                                   "number of rows .* or False"):
             pa.compile(deconv_cost, fuse=bad)
 
 

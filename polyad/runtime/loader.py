@@ -30,7 +30,7 @@ import numpy as np
 from .. import callconv, ir
 from ..errors import ArgumentError, DTypeError, ShapeError
 from ..ir import SizeVar
-from ..schedule.fusion import runs_unfused
+from ..schedule.fusion import chunk_schedule
 from . import budget, output_pool, threads
 from .arrays import as_array_argument
 from .toolchain import load_library
@@ -262,12 +262,13 @@ class KernelFunction:
         # budget, see ``polyad.runtime.budget``). Checked whenever a call allocates them.
         self.memory_budget = None
         # Fused chains' chunked loops (their extents as functions of the value list) and
-        # the maker of the unfused kernel function run where their chunks leave threads
-        # idle (``run_unfused_when_unbalanced``); None: always this one.
+        # the makers of the kernel functions run where their chunks leave threads idle
+        # (``run_other_schedules_when_unbalanced``): "unfused", "fine" (finer chunks) ->
+        # maker, and those made; None: always this one.
         self._chunked = None
         self._large_sizes: tuple = ()
-        self._make_unfused = None
-        self._unfused = None
+        self._makers: dict = {}
+        self._others: dict = {}
         self.__name__ = kernel.name
         self.__signature__ = callconv.signature(kernel)
         self.__doc__ = callconv.docstring(kernel)
@@ -294,34 +295,39 @@ class KernelFunction:
         return _ParamSpec(p, _INT, None, 0, False, None, int(info.min), int(info.max),
                           self._slot.get(p.name, -1))
 
-    def run_unfused_when_unbalanced(self, extents, unfused: Callable[[], "KernelFunction"],
-                                    large_sizes: tuple = ()) -> None:
-        """Run ``unfused()`` (made on first use; the same kernel compiled with
-        ``fuse=False``) for the large calls where the chunks of the loops of ``extents``
-        (IR expressions of the sizes: ``Build.chunked_extents``) would leave threads idle
-        on the threads the call gets, or where a size is below its bound in
-        ``large_sizes`` (``Build.large_sizes``) (``schedule.fusion.runs_unfused``)."""
+    def run_other_schedules_when_unbalanced(
+            self, extents, unfused: Callable[[], "KernelFunction"], large_sizes: tuple = (),
+            fine: Optional[Callable[[], "KernelFunction"]] = None) -> None:
+        """Run ``fine()`` (the same kernel compiled in finer chunks, ``fuse=16``; None:
+        none) or ``unfused()`` (``fuse=False``), each made on first use, for the large
+        calls where the chunks of the loops of ``extents`` (IR expressions of the sizes:
+        ``Build.chunked_extents``) would leave threads idle on the threads the call gets,
+        or where a size is below its bound in ``large_sizes`` (``Build.large_sizes``)
+        (``schedule.fusion.chunk_schedule``)."""
         fns = tuple(_compile_extent(e, self._slot) for e in extents)
         if fns and None not in fns:
             self._chunked = fns
             self._large_sizes = tuple((self._slot[size], bound) for size, bound in large_sizes
                                       if size in self._slot)
-            self._make_unfused = unfused
+            self._makers = {"unfused": unfused}
+            if fine is not None:
+                self._makers["fine"] = fine
 
-    def _unbalanced(self, v: list) -> Optional["KernelFunction"]:
-        """The unfused kernel function where the sizes ``v`` leave threads idle in a large
-        call, or are below the bounds of the separated loops (``schedule.fusion.runs_unfused``),
-        else None."""
+    def _other_schedule(self, v: list) -> Optional["KernelFunction"]:
+        """The kernel function of finer chunks or the unfused one where the sizes ``v``
+        leave threads idle in a large call, or are below the bounds of the separated
+        loops (``schedule.fusion.chunk_schedule``), else None."""
         points = 1
         for size in v[:self._nsizes]:
             points *= size
         small = any(v[slot] < bound for slot, bound in self._large_sizes)
-        if not runs_unfused([fn(v) for fn in self._chunked], points, threads.call_threads(),
-                            small):
+        which = chunk_schedule([fn(v) for fn in self._chunked], points,
+                               threads.call_threads(), small, "fine" in self._makers)
+        if which == "fused":
             return None
-        if self._unfused is None:
-            self._unfused = self._make_unfused()
-        return self._unfused
+        if which not in self._others:
+            self._others[which] = self._makers[which]()
+        return self._others[which]
 
     # ---- plans ----------------------------------------------------------
     def _plan(self, args: tuple, kwargs: dict) -> _CallPlan:
@@ -470,9 +476,9 @@ class KernelFunction:
             elif bad(v):
                 self._check_requirements_values(tuple(v))  # raises, naming the condition
         if self._chunked is not None:
-            unfused = self._unbalanced(v)
-            if unfused is not None:
-                return unfused(*args, **kwargs)
+            other = self._other_schedule(v)
+            if other is not None:
+                return other(*args, **kwargs)
         if plan.allocate:
             values = list(values)  # the allocated outputs take their places
             for i, shape in plan.allocate:

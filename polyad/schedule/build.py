@@ -21,9 +21,10 @@ from .cleanup import (assign_first_updates, drop_zero_updates, forward_copies,
                       fuse_independent_nests, fuse_zero_initialization, remove_dead_statements,
                       updates_in_place)
 from .distribute import distribute_after_scatters, expand_and_distribute
-from .fusion import (BALANCED, CHUNK_ROWS, UNFUSED_FROM_POINTS, chunk_loop_vars,
-                     chunked_extents, fuse_along_shared_loops, fuse_pipelines, fuse_rows_inside,
-                     jam_row_loops, rows_per_iteration, slabs_per_iteration)
+from .fusion import (BALANCED, CHUNK_ROWS, FINE_CHUNK_ROWS, FINE_COST, FINE_LEAD_IN,
+                     UNFUSED_FROM_POINTS, chunk_lead_in, chunk_loop_vars, chunked_extents,
+                     fuse_along_shared_loops, fuse_pipelines, fuse_rows_inside, jam_row_loops,
+                     rows_per_iteration, slabs_per_iteration)
 from .gather import ascending_order_free_nests, scatter_to_gather, small_target
 from .split import split_conflicting_instances
 from .strides import unit_stride_loops
@@ -141,8 +142,10 @@ class ScheduledKernel:
     schedule_decisions: tuple = ()
     loop_orders: dict = field(default_factory=dict)  # statement -> loop order decision
     # The extents of the loops fused chains run in chunks, when fusing was the default's
-    # choice (fuse=None): a call whose chunks leave threads idle runs the unfused schedule.
+    # choice (fuse=None): a call whose chunks leave threads idle runs finer chunks (where
+    # ``fine_chunks``: the chains recompute few rows per chunk) or the unfused schedule.
     chunked_extents: tuple = ()
+    fine_chunks: bool = False
     # ((size, bound), ...): the AST's versions for large and small sizes (ScheduleCandidate)
     large_sizes: tuple = ()
     # the vector unit the register-resident sums were sized for (``machine``; always set
@@ -509,9 +512,11 @@ def schedule_kernel(kernel: ir.Kernel,
     tuple of sizes, False not at all.
     ``fuse``: fuse chains of producer and consumer nests through rolling row buffers
     (``fusion.fuse_pipelines``; for targets whose threads run whole chunks of a loop):
-    True every chain, None those where a producer runs ahead and whose chunks then run on
-    threads with their own buffers (else the kernel is scheduled unfused; the result's
-    ``chunked_extents`` name the chunked loops, for the runtime's choice of the unfused
+    True every chain, a positive integer every chain in chunks of that many rows (else
+    ``fusion.CHUNK_ROWS``), None those where a producer runs ahead and whose chunks then
+    run on threads with their own buffers (else the kernel is scheduled unfused; the
+    result's ``chunked_extents`` name the chunked loops and ``fine_chunks`` whether finer
+    chunks are an option, for the runtime's choice of finer chunks or the unfused
     schedule where the chunks leave threads idle), False none.
     ``vector_unit``: the registers the sums blocked along a row are sized for (None: the
     host's, ``machine.host_vector_unit``).
@@ -537,9 +542,23 @@ def schedule_kernel(kernel: ir.Kernel,
                     f"thread busy for less than {BALANCED:.0%} of the busiest one's time"
                     + (f", or whose sizes miss {small}," if small else "")
                     + " runs the unfused schedule (fuse=False), compiled on first use")
-            return dataclasses.replace(scheduled, chunked_extents=extents,
+            fine = chunk_lead_in(scheduled.kernel) <= FINE_LEAD_IN
+            if fine:
+                when += (f"; before that, one whose chunks of {FINE_CHUNK_ROWS} rows keep "
+                         f"every thread busy for at least {BALANCED:.0%} of the busiest "
+                         f"one's time, and the threads busier than chunks of {CHUNK_ROWS} "
+                         f"rows do by more than {FINE_COST:.0%}, runs chunks of "
+                         f"{FINE_CHUNK_ROWS} rows (fuse={FINE_CHUNK_ROWS}), compiled on "
+                         f"first use (a chunk recomputes at most {FINE_LEAD_IN} rows)")
+            return dataclasses.replace(scheduled, chunked_extents=extents, fine_chunks=fine,
                                        schedule_decisions=scheduled.schedule_decisions + (when,))
     return scheduled
+
+
+def chunk_rows(fuse) -> int:
+    """The rows of a fused chain's chunk for the fusion mode ``fuse``: an integer's own
+    (``fuse=16``), else ``CHUNK_ROWS``."""
+    return fuse if isinstance(fuse, int) and not isinstance(fuse, bool) else CHUNK_ROWS
 
 
 def _buffers_no_loop_owns(scheduled: "ScheduledKernel") -> list:
@@ -587,7 +606,8 @@ def _schedule_kernel(kernel: ir.Kernel,
         split, fusions = fuse_independent_nests(split, model)
     if fuse is not False:
         with clock.stage("pipeline fusion", len(split.statements)):
-            split, pipelines = fuse_pipelines(split, model, every=fuse is True)
+            split, pipelines = fuse_pipelines(split, model, every=fuse is not None,
+                                              rows=chunk_rows(fuse))
             split, jams = jam_row_loops(split, model)
         fusions += pipelines + jams
     with clock.stage("loop order", len(split.statements)):

@@ -17,8 +17,9 @@ parallelism the loop over ``m`` is cut into chunks of ``CHUNK_ROWS`` rows; each
 chunk has its own buffers (private to the thread that runs it) and first
 recomputes the producer rows its first consumer rows read (the rows the previous
 chunk also computes): the line-buffered loop a careful engineer writes by hand. Where
-the chunks of a call's sizes would leave threads idle, a default compilation runs the
-unfused schedule for that call (``chunked_extents``).
+the chunks of a call's sizes would leave threads idle, a default compilation runs
+finer chunks (where a chunk recomputes few rows) or the unfused schedule for that call
+(``chunked_extents``, ``chunk_schedule``).
 
 Inside a nest's outer loops, two sibling loops over rows linked by a temporary run
 as one the same way, without chunks (the outer loops keep the parallelism):
@@ -77,6 +78,19 @@ from .gather import iterations_independent_but_sums, only_added_into
 from .nests import common_depth, inner_loops, loop_nests, rows_selected_by_loops
 
 CHUNK_ROWS = 64
+# A chain whose chunks recompute at most FINE_LEAD_IN producer steps before their first
+# row also has a schedule in chunks of FINE_CHUNK_ROWS rows (``fuse=FINE_CHUNK_ROWS``),
+# for the calls whose chunks of CHUNK_ROWS rows leave a thread partly idle where the finer
+# ones do not (``chunk_schedule``). The 3-D stencil gradient at 161^3 on 2 threads (3
+# chunks of 64 planes: 97 planes for one thread, 64 for the other) ran in 0.875 (float32)
+# and 0.95 (float64) of the time in chunks of 16 planes; at 256^3, balanced either way,
+# in 1.02-1.03 (C built as polyad emits it, 21-31 interleaved rounds, AVX2). The finer
+# chunks recompute their lead-in four times as often: they are taken where they keep the
+# threads busier by more than FINE_COST. (The deconvolution gradient's chunks recompute 8
+# steps: a fourth of a chunk of 16 rows, more than the balance would gain.)
+FINE_CHUNK_ROWS = 16
+FINE_LEAD_IN = 2
+FINE_COST = 0.05
 # A call runs a fused chain when its chunks keep every thread busy for at least this
 # share of the busiest thread's time: fusing gained 10-30 % where the threads balance
 # (the deconvolution gradient at 2048^2, the 3-D stencil's at 256^3), and lost 8-68 %
@@ -116,10 +130,9 @@ def chunk_loop_vars(kernel: ir.Kernel) -> set:
     return {t.chunk for t in kernel.temps if t.role == "rows"}
 
 
-def _chunk_loop(var: str, extent: ir.Expr) -> Loop:
-    """The loop over the ``ceil(extent / CHUNK_ROWS)`` chunks of a loop of ``extent`` rows."""
-    return Loop(var, _i(0), Binary("//", _add(extent, _i(CHUNK_ROWS - 1)), _i(CHUNK_ROWS),
-                                   ir.i64))
+def _chunk_loop(var: str, extent: ir.Expr, rows: int) -> Loop:
+    """The loop over the ``ceil(extent / rows)`` chunks of a loop of ``extent`` rows."""
+    return Loop(var, _i(0), Binary("//", _add(extent, _i(rows - 1)), _i(rows), ir.i64))
 
 
 def _chunked_extent(chunk_loop: Loop) -> ir.Expr:
@@ -127,27 +140,41 @@ def _chunked_extent(chunk_loop: Loop) -> ir.Expr:
     return chunk_loop.hi.a.a
 
 
-def runs_unfused(extents: list, points: int, threads: int, small: bool = False) -> bool:
-    """Should a call of ``points`` points (the product of its sizes) on ``threads``
-    threads, whose chunked loops have ``extents`` rows, run the unfused schedule: at
-    least ``UNFUSED_FROM_POINTS`` points, and some loop's chunks unbalanced or ``small``
-    (a size below its bound of the fused code's separated loops, where that code runs
-    its loops with the pieces as conditions inside: ``poly.large_sizes``)?"""
-    return points >= UNFUSED_FROM_POINTS and (
-        small or not all(chunks_balanced(e, threads) for e in extents))
+def chunk_schedule(extents: list, points: int, threads: int, small: bool = False,
+                   fine: bool = False) -> str:
+    """The schedule a call of ``points`` points (the product of its sizes) on ``threads``
+    threads runs, where a default compilation fused chains whose chunked loops have
+    ``extents`` rows: ``"fused"`` (chunks of ``CHUNK_ROWS`` rows), ``"fine"`` (chunks of
+    ``FINE_CHUNK_ROWS`` rows, where the kernel has that schedule: ``fine``) or
+    ``"unfused"``. A call of fewer than ``UNFUSED_FROM_POINTS`` points runs the fused
+    chains; one with a size below its bound of the fused code's separated loops
+    (``small``: the code runs its loops with the pieces as conditions inside,
+    ``poly.large_sizes``) the unfused schedule; else the finer chunks where they keep
+    every thread busy for at least ``BALANCED`` of the busiest one's time and more than
+    ``1 + FINE_COST`` times the share the coarse ones do, the coarse chunks where they
+    keep that ``BALANCED`` share, the unfused schedule where not."""
+    if points < UNFUSED_FROM_POINTS:
+        return "fused"
+    if small:
+        return "unfused"
+    coarse = min((chunk_balance(e, threads, CHUNK_ROWS) for e in extents), default=1.0)
+    if fine and extents:
+        finer = min(chunk_balance(e, threads, FINE_CHUNK_ROWS) for e in extents)
+        if finer >= BALANCED and finer > coarse * (1 + FINE_COST):
+            return "fine"
+    return "fused" if coarse >= BALANCED else "unfused"
 
 
-def chunks_balanced(extent: int, threads: int) -> bool:
-    """Do the chunks of ``CHUNK_ROWS`` rows of a loop of ``extent`` rows, dealt to
-    ``threads`` threads round-robin (``schedule(static, 1)``), keep every thread busy
-    for at least ``BALANCED`` of the busiest thread's time?"""
-    # (with 5 chunks per thread or more, the busiest runs at most 6 / 5 of the average)
-    if threads <= 1 or extent <= 0 or extent >= 5 * CHUNK_ROWS * threads:
-        return True
-    full, rest = divmod(extent, CHUNK_ROWS)
-    busiest = max(CHUNK_ROWS * -(-(full - t) // threads) + (rest if t == full % threads else 0)
+def chunk_balance(extent: int, threads: int, rows: int) -> float:
+    """The busy share of the threads in a loop of ``extent`` rows cut into chunks of
+    ``rows`` rows and dealt to ``threads`` threads round-robin (``schedule(static, 1)``):
+    the average thread's rows over the busiest thread's (1.0: none idle)."""
+    if threads <= 1 or extent <= 0:
+        return 1.0
+    full, rest = divmod(extent, rows)
+    busiest = max(rows * -(-(full - t) // threads) + (rest if t == full % threads else 0)
                   for t in range(min(threads, full + (rest > 0))))
-    return extent >= BALANCED * threads * busiest
+    return extent / (threads * busiest)
 
 
 def _i(v: int) -> Const:
@@ -345,7 +372,7 @@ def _natural(name: str):
 
 
 def fuse_pipelines(kernel: ir.Kernel, model: Optional[PolyModel] = None,
-                   every: bool = True) -> tuple[ir.Kernel, list]:
+                   every: bool = True, rows: int = CHUNK_ROWS) -> tuple[ir.Kernel, list]:
     """Fuse chains of producer and consumer nests through rolling row buffers (module
     docstring). ``every=False`` (the default mode of ``pa.compile``): only chains where a
     producer runs ahead (a row read in the step that writes it is what
@@ -353,8 +380,8 @@ def fuse_pipelines(kernel: ir.Kernel, model: Optional[PolyModel] = None,
     chunks). Buffers of planes are fused too: the 3-D stencil gradient with 3 planes per
     thread ran 14-25 % faster at 256^3 and 512^3 (at 512^3 f64, 6 MiB of planes per
     thread, past the L2), and where a fused chain's chunks would leave threads idle the
-    call runs the unfused schedule (``chunked_extents``). Returns the kernel and one line per fused
-    chain, or per chain not fused, saying why."""
+    call runs the unfused schedule (``chunked_extents``). ``rows``: the rows of a chunk.
+    Returns the kernel and one line per fused chain, or per chain not fused, saying why."""
     decisions = []
     done: set = set()
     while True:
@@ -369,7 +396,7 @@ def fuse_pipelines(kernel: ir.Kernel, model: Optional[PolyModel] = None,
                 decisions.append(f"not fused: {why}")
             if len(members) < 2:
                 continue
-            fused, text = _fuse(kernel, model, [nests[p] for p in members], every)
+            fused, text = _fuse(kernel, model, [nests[p] for p in members], every, rows)
             if fused is None:
                 decisions.append(text)
                 continue
@@ -380,10 +407,11 @@ def fuse_pipelines(kernel: ir.Kernel, model: Optional[PolyModel] = None,
             return kernel, decisions
 
 
-def _fuse(kernel: ir.Kernel, model: Optional[PolyModel], chain: list, every: bool):
+def _fuse(kernel: ir.Kernel, model: Optional[PolyModel], chain: list, every: bool,
+          rows: int):
     """(fused kernel, decision) or (None, why not) for the nests ``chain`` (producers
-    first, the consumer last); ``every``: also where no producer runs ahead
-    (``fuse_pipelines``)."""
+    first, the consumer last); ``every``: also where no producer runs ahead; ``rows``: the
+    rows of a chunk (``fuse_pipelines``)."""
     pm = model_of(kernel, model)
     # what each producer writes for the later members (its sums into kernel arrays aside)
     sums = [_sums(kernel, n, [st for b in chain[j + 1:] for st in b])
@@ -435,7 +463,7 @@ def _fuse(kernel: ir.Kernel, model: Optional[PolyModel], chain: list, every: boo
         if w is None or any(r is None for _, r in need):
             return None, f"not fused: the rows of {v!r} written or read are not bounded"
         heights[v] = max(shift[j] + w[1] - shift[b] - r[0] for b, r in need) + 1
-    return _rewrite(kernel, chain, temps, shift, back, lead_in, heights, sums)
+    return _rewrite(kernel, chain, temps, shift, back, lead_in, heights, sums, rows)
 
 
 def jam_row_loops(kernel: ir.Kernel, model: Optional[PolyModel] = None) \
@@ -618,10 +646,11 @@ def _fresh(kernel: ir.Kernel, name: str) -> str:
 
 
 def _rewrite(kernel: ir.Kernel, chain: list, temps: list, shift: list, back: list,
-             lead_in: int, heights: dict, sums: list):
-    """The kernel with the nests of ``chain`` in one chunked nest at the consumer's position
-    (module docstring), and the decision text. ``sums[j]``: the kernel arrays member ``j``
-    only adds into (``_sums``), whose updates run for the chunk's own rows only."""
+             lead_in: int, heights: dict, sums: list, rows: int):
+    """The kernel with the nests of ``chain`` in one nest of chunks of ``rows`` rows at the
+    consumer's position (module docstring), and the decision text. ``sums[j]``: the kernel
+    arrays member ``j`` only adds into (``_sums``), whose updates run for the chunk's own
+    rows only."""
     consumer = chain[-1]
     loop = consumer[0].loops[0]
     m = loop.var
@@ -629,9 +658,9 @@ def _rewrite(kernel: ir.Kernel, chain: list, temps: list, shift: list, back: lis
     rows_name = {v: _fresh(kernel, f"{v}_rows") for v in temps}
     c, step = LoopVar(chunk), LoopVar(m)
     extent = loop.hi if loop.lo == _i(0) else _sub(loop.hi, loop.lo)
-    ch = _i(CHUNK_ROWS)
+    ch = _i(rows)
     start = _mul(c, ch)                                    # first row of the chunk - lo
-    chunk_loop = _chunk_loop(chunk, extent)
+    chunk_loop = _chunk_loop(chunk, extent, rows)
     step_loop = Loop(m, _sub(_add(loop.lo, start), _i(lead_in)), _add(_add(loop.lo, start), ch))
     position = consumer[0].position[0]
     out = {}
@@ -683,7 +712,7 @@ def _rewrite(kernel: ir.Kernel, chain: list, temps: list, shift: list, back: lis
             new_temps.append(ir.Temp(
                 rows_name[t.name], dataclasses.replace(t.type, shape=shape), zero=False,
                 role="rows", holds=f"rows of {t.name} (row r in slot r mod {heights[t.name]}"
-                                   f"{padded}), one buffer per chunk of {CHUNK_ROWS} rows of {m}",
+                                   f"{padded}), one buffer per chunk of {rows} rows of {m}",
                 chunk=chunk))
         else:
             new_temps.append(t)
@@ -697,7 +726,7 @@ def _rewrite(kernel: ir.Kernel, chain: list, temps: list, shift: list, back: lis
            "that writes it")
     text = (f"fused the nests of {', '.join(_owners(n) for n in chain[:-1])} into the nest of "
             f"{_owners(consumer)} at depth 1 (loop {m}; {producers}): {kept}; the loop over {m} "
-            f"runs in chunks of {CHUNK_ROWS} rows, each recomputing the {lead_in} producer "
+            f"runs in chunks of {rows} rows, each recomputing the {lead_in} producer "
             f"steps before its first row; {why}")
     return fused, text
 
@@ -707,12 +736,20 @@ def chunked_extents(kernel: ir.Kernel) -> tuple:
     ``kernel`` run in chunks of ``CHUNK_ROWS`` rows, one per chunk loop. A chunk loop has
     ``ceil(extent / CHUNK_ROWS)`` iterations, one thread each: where that leaves threads
     idle (a 3-D stencil of 100 planes, a 2-D image of 64 rows, on 2 threads) the default
-    compilation runs the unfused schedule instead, for calls of ``UNFUSED_FROM_POINTS``
-    points or more (``runtime.loader``)."""
+    compilation runs finer chunks or the unfused schedule instead, for calls of
+    ``UNFUSED_FROM_POINTS`` points or more (``chunk_schedule``, ``runtime.loader``)."""
     chunks = chunk_loop_vars(kernel)
     extents = {st.loops[0].var: _chunked_extent(st.loops[0]) for st in kernel.statements
                if st.loops and st.loops[0].var in chunks}
     return tuple(extents[c] for c in sorted(extents))
+
+
+def chunk_lead_in(kernel: ir.Kernel) -> int:
+    """The most producer steps a chunk of ``kernel``'s fused chains recomputes before its
+    first row (its step loop starts at ``lo + start - lead_in``, ``_rewrite``)."""
+    chunks = chunk_loop_vars(kernel)
+    return max((st.loops[1].lo.b.value for st in kernel.statements
+                if st.loops and st.loops[0].var in chunks), default=0)
 
 
 def fuse_along_shared_loops(kernel: ir.Kernel, model: Optional[PolyModel] = None) \
