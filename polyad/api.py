@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from typing import Optional
+from typing import Optional, Union
 
 from . import callconv, ir
 from .errors import PolyadError
@@ -130,7 +130,7 @@ class Kernel:
 
     @user_facing
     def compile(self, target: str = "openmp", sanitize: Optional[str] = None,
-                deterministic: bool = False, tile=None, fuse: Optional[bool] = None) -> KernelFunction:
+                deterministic: bool = False, tile=None, fuse: Union[bool, int, None] = None) -> KernelFunction:
         """Schedule, emit and compile (cached per option set); see ``pa.compile``."""
         options = Options(target, deterministic, sanitize, tile, fuse)
         key = _per_host(options)
@@ -166,7 +166,7 @@ class Kernel:
                             lambda: self.artifact(options))
 
     def explain(self, format: str = "text", target: str = "openmp",
-                deterministic: bool = False, tile=None, fuse: Optional[bool] = None) -> str:
+                deterministic: bool = False, tile=None, fuse: Union[bool, int, None] = None) -> str:
         """The report of ``pa.explain(self, ...)``: how this kernel is scheduled and emitted."""
         return explain(self, format, target, deterministic, tile=tile, fuse=fuse)
 
@@ -254,7 +254,7 @@ def _namespace(namespace: Optional[dict]) -> dict:
 
 @user_facing
 def compile(k: Kernel, target: str = "openmp", sanitize: Optional[str] = None,
-            deterministic: bool = False, tile=None, fuse: Optional[bool] = None) -> KernelFunction:
+            deterministic: bool = False, tile=None, fuse: Union[bool, int, None] = None) -> KernelFunction:
     """Compile kernel ``k`` now; returns a callable with ``.source`` (the generated C).
 
     ``sanitize="address"`` builds with AddressSanitizer. Its runtime must be

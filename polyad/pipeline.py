@@ -16,7 +16,7 @@ import pickle
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 from . import ir
 from .errors import ArgumentError
@@ -56,7 +56,7 @@ class Options:
     deterministic: bool = False
     sanitize: Optional[str] = None
     tile: object = None
-    fuse: Optional[bool] = None
+    fuse: Union[bool, int, None] = None
 
     def __post_init__(self):
         get_target(self.target)

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import islpy as isl
 
@@ -45,7 +45,7 @@ DEPENDENCE_KINDS = (("flow", "read after write"), ("anti", "write after read"),
 
 def explain(kernel, format: str = "text", target: str = "openmp",
             deterministic: bool = False, sizes: Optional[dict] = None, tile=None,
-            fuse: Optional[bool] = None) -> str:
+            fuse: Union[bool, int, None] = None) -> str:
     """A report of how ``kernel`` (a ``pa.Kernel``, primal or derived) is compiled.
 
     ``format``: ``"text"`` (sections for people), ``"json"`` (the same
@@ -68,7 +68,7 @@ def explain(kernel, format: str = "text", target: str = "openmp",
 
 
 def report(kernel, target: str = "openmp", deterministic: bool = False,
-           sizes: Optional[dict] = None, tile=None, fuse: Optional[bool] = None) -> dict:
+           sizes: Optional[dict] = None, tile=None, fuse: Union[bool, int, None] = None) -> dict:
     """The report of ``explain`` as a JSON-serialisable dict.
 
     Keys: ``kernel file line target deterministic params result sizes

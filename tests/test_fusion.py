@@ -274,7 +274,6 @@ def test_a_call_whose_chunks_leave_a_thread_idle_runs_finer_chunks(monkeypatch):
     assert "chunks of 16 rows" not in pa.explain(pa.grad(deconv_cost, wrt=["x", "f"]))
 
 
-
 @pytest.mark.parametrize("extent, threads, balanced", [
     (1, 1, True), (65, 1, True),            # one thread: never idle
     (1, 2, False), (CHUNK_ROWS, 2, False),  # one chunk: the other thread idle

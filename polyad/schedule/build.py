@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Optional, Union
 
 import islpy as isl
 
@@ -481,7 +481,7 @@ def schedule_kernel(kernel: ir.Kernel,
                     clock: Optional[StageClock] = None,
                     unit_stride: bool = False,
                     tile=None,
-                    fuse: Optional[bool] = False,
+                    fuse: Union[bool, int, None] = False,
                     vector_unit: Optional[VectorUnit] = None) -> ScheduledKernel:
     """Split, prove bounds, compute dependences, build the AST of ``kernel`` with loop facts.
 
@@ -570,7 +570,7 @@ def _buffers_no_loop_owns(scheduled: "ScheduledKernel") -> list:
 def _schedule_kernel(kernel: ir.Kernel,
                      score: Callable[[ScheduleCandidate], tuple[int, int]],
                      clock: Optional[StageClock], unit_stride: bool, tile,
-                     fuse: Optional[bool], vector_unit: VectorUnit) -> "ScheduledKernel":
+                     fuse: Union[bool, int, None], vector_unit: VectorUnit) -> "ScheduledKernel":
     """``schedule_kernel`` with the fusion mode ``fuse`` taken as it is."""
     clock = clock or StageClock(kernel.name)
     n = len(kernel.statements)
