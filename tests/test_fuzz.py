@@ -273,18 +273,22 @@ def test_converged_differences_of_a_rounded_primal_leave_the_direction_to_jax(tm
     (at 1e-6 and 1e-7, and down to 1e-13) to the rounded primal's derivative, while the
     vjp, like JAX, holds ``1 - sin(y)``. The check hands such directions to JAX, which
     the vjp matches within the tolerance alone; a gradient JAX vouches for only within
-    its rounding noise (here as large as the gradient) does not pass them."""
+    its rounding noise (here as large as the gradient) does not pass them. Both builds
+    round every product apart (``deterministic=True``), as JAX's reference does: one that
+    fuses them into multiply-adds rounds this primal otherwise, and its gradient with it
+    (``test_a_primal_rounded_by_fused_multiply_adds_...``)."""
     pytest.importorskip("jax")
     import numpy as np
     import polyad as pa
     from tests.fuzz.check import Mismatch, _check_fd, _JaxGradient, load_kernel
     case, ref, arrays, scalars, sizes = _case_at(17804, {"M": 7, "N": 5})
     kern = load_kernel(case, str(tmp_path))
-    ck, vk = pa.compile(kern), pa.vjp(kern, ["x0", "s"])
+    ck, vk = pa.compile(kern, deterministic=True), pa.vjp(kern, ["x0", "s"])
     rng = np.random.default_rng(2)
     cots = {"y0": rng.uniform(-1.0, 1.0, arrays["y0"].shape)}
-    grads = dict(zip(["x0", "s"], (np.asarray(g, np.float64) for g in vk.package(vk(
-        x0=arrays["x0"].copy(), s=scalars["s"], y0_bar=cots["y0"], **sizes)))))
+    grads = dict(zip(["x0", "s"], (np.asarray(g, np.float64) for g in vk.package(
+        pa.compile(vk, deterministic=True)(x0=arrays["x0"].copy(), s=scalars["s"],
+                                           y0_bar=cots["y0"], **sizes)))))
     with pytest.raises(Mismatch, match="central finite difference"):
         _check_fd(case, ck, arrays, scalars, cots, grads, "vjp", np.random.default_rng(3))
     disputed = []
@@ -297,6 +301,44 @@ def test_converged_differences_of_a_rounded_primal_leave_the_direction_to_jax(tm
     wrong = dict(grads, x0=grads["x0"] * 1.01)
     assert not oracle.agrees_closely(wrong)
     assert "jax.grad" in next(oracle.mismatches(wrong, "vjp"))
+
+
+def test_a_primal_rounded_by_fused_multiply_adds_leaves_jax_the_build_rounding_each_product(tmp_path):
+    """Seed 17804 at M = 7, N = 5 again, as the default build runs it: gcc fuses
+    ``y - (x + y) ** 2`` into a multiply-add where its tuning allows it in scalar code
+    (on Intel cores; its tunings for AMD Zen avoid such chains), so y reaches -1e24 by
+    another rounding than JAX's, and ``1 - sin(y)`` there, with the gradient, is another
+    number (-5.8e18 against JAX's -1.8e26 in one entry on an Intel host). The check then
+    holds the build that rounds every product to JAX within the tolerance alone
+    (``_contraction_explains``), and only where rounding the inputs moves JAX's gradient
+    past the tolerance: a gradient that rounding does not move (seed 8) is held to JAX
+    whatever the build rounds."""
+    pytest.importorskip("jax")
+    import numpy as np
+    import polyad as pa
+    from tests.fuzz.check import (_JaxGradient, _contraction_explains, _outputs,
+                                  call_compiled, differentiable_inputs, load_kernel)
+    case, ref, arrays, scalars, sizes = _case_at(17804, {"M": 7, "N": 5})
+    kern = load_kernel(case, str(tmp_path))
+    ck, vk = pa.compile(kern), pa.vjp(kern, ["x0", "s"])
+    cots = {"y0": np.random.default_rng(2).uniform(-1.0, 1.0, arrays["y0"].shape)}
+    args = dict(x0=arrays["x0"], s=scalars["s"], y0_bar=cots["y0"], **sizes)
+    oracle = _JaxGradient(case, ref, arrays, scalars, sizes, cots, ["x0", "s"])
+    assert oracle.moved_by_rounding()
+    contracted = not np.array_equal(
+        call_compiled(ck, case, arrays, scalars)["y0"],
+        call_compiled(pa.compile(kern, deterministic=True), case, arrays, scalars)["y0"])
+    assert _contraction_explains(case, kern, ck, vk, "openmp", args, arrays, scalars,
+                                 ["x0", "s"], oracle) == contracted
+    result = run_cases([17804], workers=1, case_timeout=180, full=True)[0]
+    assert result["status"] == "ok", _report([result])
+    assert any("rounds every product" in c for c in result["checks"]) == contracted
+
+    case, ref, arrays, scalars, sizes = _case_at(8, {"M": 7, "N": 3})
+    wrt = differentiable_inputs(case)
+    cots = {n: np.random.default_rng(1).uniform(-1.0, 1.0, arrays[n].shape)
+            for n in _outputs(case)}
+    assert not _JaxGradient(case, ref, arrays, scalars, sizes, cots, wrt).moved_by_rounding()
 
 
 def _running(pid: int) -> bool:
