@@ -619,8 +619,8 @@ def _copies(args: dict) -> dict:
 def _contraction_explains(case, kern, ck, vk, target, args, arrays, scalars, wrt,
                           oracle) -> bool:
     """Does the C compiler's contraction of products into fused multiply-adds explain why
-    the vjp's ``grads`` miss JAX's gradient within the tolerance alone where finite
-    differences disputed them? The default build contracts (``-ffp-contract=fast``) and
+    the vjp ``vk`` (called with ``args``) misses JAX's gradient (``oracle``) within the
+    tolerance alone where finite differences disputed it? The default build contracts (``-ffp-contract=fast``) and
     gcc's tunings for Intel cores do so in scalar code (those for AMD Zen avoid the
     chains), so its primal rounds otherwise than JAX's reference, which rounds every
     product; where the primal's values feed ``cos`` at -1e24 (fuzz seed 17804) the
