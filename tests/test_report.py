@@ -143,7 +143,7 @@ def test_privatized_scatter_reported():
     assert lp["privatized"] == {"df": "K"}
     assert "privatized(df[0:K])" in lp["decision"]
     assert any("'df' is a small scatter target (K elements)" in w for w in lp["why"])
-    assert "reduction(+:df[0:K])" in d["source"]
+    assert "reduction(+:df[0:pa_imax(K, 1)])" in d["source"]
 
 
 def test_statements_domains_accesses_and_pieces():

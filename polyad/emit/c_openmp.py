@@ -381,6 +381,31 @@ class _Emitter:
             self.uses_ast_helpers = True
         return text
 
+    def nonempty_sections(self, sections: list, indent: str) -> str:
+        """Open the two blocks around a loop whose reduction clause privatizes the array
+        sections ``sections`` ((array, elements)) that may have no elements
+        (``LoopPlan.sections_maybe_empty``) and return the loop's indent: each array is
+        seen in the loop through a pointer to itself where it has elements, else to one
+        element of the stack, which the clause's section of at least one element
+        (``pa_imax(..., 1)``) then covers; the loop writes none of an empty array (its
+        bounds are proven)."""
+        self.uses_ast_helpers = True
+        self.out(indent, "{")
+        for array, elements in sections:
+            c_name = self.names[array]
+            c_type = self.k.array_type(array).dtype.c_type
+            count = self.printer.expr(elements, self.names)
+            self.out(indent + "  ", f"{c_type} pa_none_{c_name}[1];  // what gcc's reduction "
+                                    f"writes where {c_name} has no elements")
+            self.out(indent + "  ", f"{c_type} *restrict pa_sum_{c_name} = ({count} >= 1) ? "
+                                    f"{c_name} : pa_none_{c_name};")
+        self.out(indent + "  ", "{")
+        for array, _ in sections:
+            c_name = self.names[array]
+            c_type = self.k.array_type(array).dtype.c_type
+            self.out(indent + "    ", f"{c_type} *restrict {c_name} = pa_sum_{c_name};")
+        return indent + "    "
+
     def for_loop(self, node, indent, iters, atomic):
         lp = self.plan.loop(node)
         it = node.for_get_iterator().get_id().get_name()
@@ -397,8 +422,11 @@ class _Emitter:
             return
         cond = unparen(cond)
         start = len(self.lines)
+        sections = lp.sections_maybe_empty() if hasattr(lp, "sections_maybe_empty") else []
         pragma = lp.pragma(self.names, lambda n: self.printer.expr(n, self.names),
                            lambda e: self.ast_c(e, {}))
+        if sections:
+            indent = self.nonempty_sections(sections, indent)
         sums = (self.register_sums(node, lp, indent, iters)
                 if getattr(lp, "register_sums", ()) else {})
         if sums:
@@ -438,6 +466,9 @@ class _Emitter:
             del self.lines[start:]
             return
         self.out(indent, "}")
+        for depth in range(2 if sections else 0):
+            indent = indent[:-2]
+            self.out(indent, "}")
         if kept:
             indent = indent[:-2]
             self.out(indent, "}")

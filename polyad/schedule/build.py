@@ -19,7 +19,7 @@ from ..progress import StageClock
 from . import machine, nests
 from .cleanup import (assign_first_updates, drop_zero_updates, forward_copies,
                       fuse_independent_nests, fuse_zero_initialization, remove_dead_statements,
-                      updates_in_place)
+                      updates_in_place, zero_rows_in_their_step)
 from .distribute import distribute_after_scatters, expand_and_distribute
 from .fusion import (BALANCED, CHUNK_ROWS, FINE_CHUNK_ROWS, FINE_COST, FINE_LEAD_IN,
                      UNFUSED_FROM_POINTS, chunk_lead_in, chunk_loop_vars, chunked_extents,
@@ -632,6 +632,8 @@ def _schedule_kernel(kernel: ir.Kernel,
             fusions += slabs
             split, row_blocks = block_sum_rows_in_registers(split, vector_unit)
             add_decisions(loop_orders, row_blocks)
+            split, zeroed_rows = zero_rows_in_their_step(split)
+            fusions += zeroed_rows
     with clock.stage("unit strides", len(split.statements)):
         # the loops the passes above block step by 2 or 4 (``co`` of the conv layer's
         # filter sums). Over their iteration numbers, ISL's sets of their statements have

@@ -17,9 +17,9 @@ import islpy as isl
 
 from .. import ir
 from ..ir import Load, Loop
-from ..poly import (PolyModel, approximate, coalesced, dependences, lower_dimensional,
-                    model_of, operation_quota, param_exprs, same_element, set_to_condition,
-                    union_of)
+from ..poly import (PolyModel, affine_text, approximate, coalesced, dependences,
+                    isl_name, lower_dimensional, model_of, operation_quota, param_exprs,
+                    same_element, set_to_condition, union_of)
 from .gather import array_conflicts_carried, accessed_names
 from .nests import (common_depth, fresh_statement_name, loop_nests, rows_selected_by_loops,
                     selected_by_loops)
@@ -173,6 +173,119 @@ def fuse_zero_initialization(kernel: ir.Kernel) -> tuple[ir.Kernel, tuple[str, .
         return kernel, ()
     statements.sort(key=lambda s: s.position)
     return dataclasses.replace(kernel, statements=tuple(statements)), tuple(moved)
+
+
+def zero_rows_in_their_step(kernel: ir.Kernel) -> tuple[ir.Kernel, list[str]]:
+    """Move a whole-array zeroing ``T[...] = 0`` into the nest that next sums into T, row
+    by row, where the loop order has made that nest gather each row in one step.
+
+    ``fuse_zero_initialization`` moves a zeroing where the summing nest's statements index
+    T by its loops as they are before the loop order; the conv gradient's input gather
+    ``d_x[b, ci, h - 1, v] += ...`` reaches its form only there (a scatter before the
+    gather, then a row one step behind its producers, in the loops ``b, h, ci`` of the
+    fused nest), and its zeroing stayed a pass of its own, whose rows the gather then read
+    back from memory. Here the statements of the nest that touch T must all be ``+=`` or
+    ``-=`` (no guard, T read nowhere else in them), with the same index on every dimension
+    but the last, each of those a loop of their shared outer loops plus a constant, every
+    one of those outer loops down to the deepest one used indexing one dimension, and
+    those loops' ranges covering T's rows. Each row is then reached in one iteration of
+    those loops; a zeroing of the row (all of its last dimension) at the start of that
+    iteration, before everything else there, comes before every access to it after the
+    old zeroing, and nothing between the old zeroing and the nest touches T. Returns the
+    new kernel and one decision per moved zeroing."""
+    statements = list(kernel.statements)
+    decisions = []
+    for z in kernel.statements:
+        if not (_sets_whole_array(kernel, z) and is_zero(z.expr)):
+            continue
+        array = z.target.array
+        shape = kernel.array_type(array).shape
+        later = [s for s in statements if s.position[0] > z.position[0] and s.accesses(array)]
+        if not later or len(shape) < 2:
+            continue
+        pos2 = min(s.position[0] for s in later)
+        users = [s for s in statements if s.position[0] == pos2 and s.accesses(array)]
+        lead = users[0].target.index[:-1] if isinstance(users[0].target, Load) else None
+        if lead is None or not all(
+                isinstance(s.target, Load) and s.target.array == array and s.op in ("+=", "-=")
+                and s.guard is None and not s.reads_variable(array)
+                and s.target.index[:-1] == lead for s in users):
+            continue
+        rows = _rows_by_outer_loops(lead, users[0].loops[:common_depth(users)], shape,
+                                    kernel.sizes)
+        if rows is None:
+            continue
+        c, conditions = rows
+        head = users[0]
+        first = min(s.position[c] for s in statements
+                    if s.position[0] == pos2 and len(s.position) > c
+                    and s.position[:c] == head.position[:c])
+        last = z.loops[-1]
+        if any(lp.var == last.var for lp in head.loops[:c]):
+            continue
+        row = dataclasses.replace(
+            z, target=dataclasses.replace(z.target, index=lead + (ir.LoopVar(last.var),)),
+            loops=head.loops[:c] + (last,), conditions=conditions,
+            position=head.position[:c] + (first - 1, 0))
+        statements[statements.index(z)] = row
+        decisions.append(f"{array}: zeroed row by row in the step of the loops "
+                         f"{', '.join(lp.var for lp in head.loops[:c])} that sums into the row "
+                         f"({', '.join(u.name for u in users)}), not in a pass of its own")
+    if not decisions:
+        return kernel, decisions
+    statements.sort(key=lambda s: s.position)
+    return dataclasses.replace(kernel, statements=tuple(statements)), decisions
+
+
+def _rows_by_outer_loops(lead: tuple, loops: tuple, shape: tuple, sizes):
+    """``(c, conditions)`` where the row index ``lead`` (all dimensions but the last) is
+    one of the first ``c`` of ``loops`` plus a constant in each dimension, each of those
+    loops in one dimension, and their ranges cover the rows of ``shape`` (``conditions``:
+    the iterations whose row is in bounds); None otherwise. ``sizes``: the kernel's."""
+    dims = {}
+    for d, e in enumerate(lead):
+        var, offset = _loop_plus_constant(e)
+        if var is None or var in dims:
+            return None
+        dims[var] = (d, offset, e)
+    c = next((k for k, lp in enumerate(loops) if lp.var not in dims), len(loops))
+    if c == 0 or any(lp.var in dims for lp in loops[c:]) or len(dims) != c:
+        return None
+    conditions = []
+    for lp in loops[:c]:
+        d, offset, row = dims[lp.var]
+        shift = ir.Const(offset, ir.i64)
+        lo = _constant(ir.Binary("+", lp.lo, shift, ir.i64), sizes)
+        hi = _constant(ir.Binary("-", ir.Binary("+", lp.hi, shift, ir.i64), shape[d], ir.i64),
+                       sizes)
+        if lp.step != 1 or lo is None or hi is None or lo > 0 or hi < 0:
+            return None
+        if lo < 0:
+            conditions.append(ir.Condition(ir.Binary(">=", row, ir.Const(0, ir.i64), ir.boolean)))
+        if hi > 0:
+            conditions.append(ir.Condition(ir.Binary("<", row, shape[d], ir.boolean)))
+    return c, tuple(conditions)
+
+
+def _constant(e: ir.Expr, sizes) -> Optional[int]:
+    """The integer the affine ``e`` equals whatever the ``sizes``, or None."""
+    try:
+        text = affine_text(e)
+    except ValueError:
+        return None
+    value = isl.PwAff(f"[{', '.join(isl_name(n) for n in sizes)}] -> {{ [({text})] }}")
+    return value.as_aff().get_constant_val().to_python() if value.is_cst() else None
+
+
+def _loop_plus_constant(e: ir.Expr):
+    """(loop variable, constant) where ``e`` is a loop variable plus or minus an integer
+    constant; (None, 0) otherwise."""
+    if isinstance(e, ir.LoopVar):
+        return e.name, 0
+    if (isinstance(e, ir.Binary) and e.op in ("+", "-") and isinstance(e.a, ir.LoopVar)
+            and isinstance(e.b, ir.Const) and isinstance(e.b.value, int)):
+        return e.a.name, e.b.value if e.op == "+" else -e.b.value
+    return None, 0
 
 
 def forward_copies(kernel: ir.Kernel) -> tuple[ir.Kernel, list]:

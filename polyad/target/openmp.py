@@ -151,11 +151,27 @@ class LoopPlan:
             if kind == "reduction":
                 parts.append(f"reduction({op}:{', '.join(names[v] for v in items)})")
             elif kind == "privatized":
+                empty = dict(self.sections_maybe_empty())
                 parts.append("reduction(+:" + ", ".join(
-                    f"{names[a]}[0:{size_text(n)}]" for a, n in items) + ")")
+                    f"{names[a]}[0:pa_imax({size_text(n)}, 1)]" if a in empty
+                    else f"{names[a]}[0:{size_text(n)}]" for a, n in items) + ")")
             else:
                 parts.append(f"private({', '.join(names[v] for v in items)})")
         return f"#pragma omp {head}" + "".join(" " + p for p in parts)
+
+    def sections_maybe_empty(self) -> list:
+        """The privatized array sections ``(array, elements)`` of a thread loop whose
+        element count is not a positive constant. gcc 12 initializes and combines a
+        private copy with loops that run at least once, so a section of no elements had
+        one element written past it (the conv gradient's filter sums with no input
+        channel: a segmentation fault); the clause gives such a section at least one
+        element and the emitter points the array at one element of the stack where it is
+        empty (``emit.c_openmp``). A worksharing loop inside a region is left alone: its
+        pointers there would be the threads' own."""
+        if not self.threads or self.region == "for":
+            return []
+        return [(a, n) for a, n in sorted(self.privatized.items())
+                if not (isinstance(n, ir.Const) and n.value >= 1)]
 
     def if_clause(self, ast_text) -> str:
         """`` if(...)`` of a region that pays only from THIN_WORK iterations on, or ''."""
