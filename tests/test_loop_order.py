@@ -196,10 +196,18 @@ def test_the_input_gradient_zeroes_each_row_in_the_step_that_gathers_it(determin
                 if st.target_name == "d_x" and st.op == "="]
     assert zeroings and all([lp.var for lp in st.loops[:3]] == ["b", "h", "ci"]
                             for st in zeroings)
-    fn = pa.compile(grad, deterministic=deterministic)
-    rng = np.random.default_rng(5)
-    for b, ci, co, h, w in [(1, 1, 1, 1, 1), (1, 2, 3, 2, 16), (1, 1, 2, 3, 17),
-                            (2, 5, 2, 4, 9), (1, 3, 2, 6, 33), (1, 2, 0, 3, 5), (1, 0, 2, 3, 4)]:
+    nan_filled_outputs_match_the_interpreter(
+        grad, pa.compile(grad, deterministic=deterministic), 5,
+        [(1, 1, 1, 1, 1), (1, 2, 3, 2, 16), (1, 1, 2, 3, 17), (2, 5, 2, 4, 9), (1, 3, 2, 6, 33),
+         (1, 2, 0, 3, 5), (1, 0, 2, 3, 4)])
+
+
+def nan_filled_outputs_match_the_interpreter(grad, fn, seed, shapes):
+    """Assert that ``fn`` (``grad``, the w and x gradient of a conv cost, compiled) called
+    with its outputs passed in filled with NaN (an element it does not write stays NaN)
+    gives the interpreter's at each ``(B, CI, CO, H, W)`` of ``shapes``."""
+    rng = np.random.default_rng(seed)
+    for b, ci, co, h, w in shapes:
         x, wt = rng.standard_normal((b, ci, h, w)), rng.standard_normal((co, ci, 3, 3))
         y = rng.standard_normal((b, co, h, w))
         d_w, d_x = np.full(wt.shape, np.nan), np.full(x.shape, np.nan)
@@ -211,24 +219,13 @@ def test_the_input_gradient_zeroes_each_row_in_the_step_that_gathers_it(determin
 
 
 EMPTY_SECTIONS_SCRIPT = '''
-import numpy as np
 import polyad as pa
-from polyad.testing import interpret
-from test_loop_order import conv_cost
+from test_loop_order import conv_cost, nan_filled_outputs_match_the_interpreter
 
-rng = np.random.default_rng(7)
 grad = pa.grad(conv_cost, wrt=["w", "x"])
-c = pa.compile(grad, sanitize="address")
-for b, ci, co, h, w in [(1, 0, 2, 3, 4), (1, 2, 0, 3, 5), (2, 0, 0, 2, 3), (1, 1, 1, 1, 1),
-                        (2, 5, 2, 4, 9)]:
-    x, wt = rng.standard_normal((b, ci, h, w)), rng.standard_normal((co, ci, 3, 3))
-    y = rng.standard_normal((b, co, h, w))
-    d_w, d_x = np.full(wt.shape, np.nan), np.full(x.shape, np.nan)
-    c(x, wt, y, d_w=d_w, d_x=d_x)
-    _, want = interpret(grad.ir, dict(x=x.copy(), w=wt.copy(), y=y),
-                        dict(B=b, CI=ci, CO=co, H=h, W=w))
-    np.testing.assert_allclose(d_w, want["d_w"], rtol=1e-12, atol=1e-12)
-    np.testing.assert_allclose(d_x, want["d_x"], rtol=1e-12, atol=1e-12)
+nan_filled_outputs_match_the_interpreter(
+    grad, pa.compile(grad, sanitize="address"), 7,
+    [(1, 0, 2, 3, 4), (1, 2, 0, 3, 5), (2, 0, 0, 2, 3), (1, 1, 1, 1, 1), (2, 5, 2, 4, 9)])
 print("ASAN-SCRIPT-OK")
 '''
 
