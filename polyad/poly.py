@@ -1663,7 +1663,7 @@ def loop_position_vars(st: Statement, axes) -> dict[str, str]:
     for lp in st.loops:
         first, end = (lp.lo, lp.hi) if lp.step > 0 else (lp.hi, lp.lo)
         for axis in axes:
-            if _offset_from_size(end, axis) is not None and _offset_from_size(first, None) \
+            if offset_from_size(end, axis) is not None and offset_from_size(first, None) \
                     is not None:
                 if axis in out:
                     ambiguous.add(axis)
@@ -1671,8 +1671,20 @@ def loop_position_vars(st: Statement, axes) -> dict[str, str]:
     return {a: v for a, v in out.items() if a not in ambiguous}
 
 
-def _offset_from_size(e: Expr, size: Optional[str]) -> Optional[int]:
-    """``c`` if ``e`` is ``size + c`` (``size=None``: the constant ``c``) for a constant ``c``."""
+def constant_value(e: Expr, sizes) -> Optional[int]:
+    """The integer the affine ``e`` of the kernel's ``sizes`` equals whatever their values
+    (``(H + 1) - 1 - H``: 0), or None where it depends on them or is not affine."""
+    try:
+        text = affine_text(e)
+    except ValueError:
+        return None
+    value = isl.PwAff(f"[{', '.join(isl_name(n) for n in sizes)}] -> {{ [({text})] }}")
+    return value.as_aff().get_constant_val().to_python() if value.is_cst() else None
+
+
+def offset_from_size(e: Expr, size: Optional[str]) -> Optional[int]:
+    """``c`` if ``e`` is ``size + c`` (``size=None``: the constant ``c``) for a constant ``c``;
+    ``size`` may name a loop variable too (``h - 1``: -1 for ``"h"``)."""
     names = {x.name for x in ir.walk(e) if isinstance(x, (SizeVar, ScalarRef, LoopVar))}
     if names - ({size} if size else set()):
         return None

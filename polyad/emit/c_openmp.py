@@ -422,7 +422,7 @@ class _Emitter:
             return
         cond = unparen(cond)
         start = len(self.lines)
-        sections = lp.sections_maybe_empty() if hasattr(lp, "sections_maybe_empty") else []
+        sections = lp.sections_maybe_empty()
         pragma = lp.pragma(self.names, lambda n: self.printer.expr(n, self.names),
                            lambda e: self.ast_c(e, {}))
         if sections:
@@ -466,7 +466,7 @@ class _Emitter:
             del self.lines[start:]
             return
         self.out(indent, "}")
-        for depth in range(2 if sections else 0):
+        for _ in range(2 if sections else 0):  # the blocks of nonempty_sections
             indent = indent[:-2]
             self.out(indent, "}")
         if kept:

@@ -17,9 +17,9 @@ import islpy as isl
 
 from .. import ir
 from ..ir import Load, Loop
-from ..poly import (PolyModel, affine_text, approximate, coalesced, dependences,
-                    isl_name, lower_dimensional, model_of, operation_quota, param_exprs,
-                    same_element, set_to_condition, union_of)
+from ..poly import (PolyModel, approximate, coalesced, constant_value, dependences,
+                    lower_dimensional, model_of, offset_from_size, operation_quota,
+                    param_exprs, same_element, set_to_condition, union_of)
 from .gather import array_conflicts_carried, accessed_names
 from .nests import (common_depth, fresh_statement_name, loop_nests, rows_selected_by_loops,
                     selected_by_loops)
@@ -244,8 +244,10 @@ def _rows_by_outer_loops(lead: tuple, loops: tuple, shape: tuple, sizes):
     the iterations whose row is in bounds); None otherwise. ``sizes``: the kernel's."""
     dims = {}
     for d, e in enumerate(lead):
-        var, offset = _loop_plus_constant(e)
-        if var is None or var in dims:
+        names = {x.name for x in ir.walk(e) if isinstance(x, ir.LoopVar)}
+        var = names.pop() if len(names) == 1 else None
+        offset = offset_from_size(e, var) if var is not None else None
+        if offset is None or var in dims:
             return None
         dims[var] = (d, offset, e)
     c = next((k for k, lp in enumerate(loops) if lp.var not in dims), len(loops))
@@ -255,9 +257,9 @@ def _rows_by_outer_loops(lead: tuple, loops: tuple, shape: tuple, sizes):
     for lp in loops[:c]:
         d, offset, row = dims[lp.var]
         shift = ir.Const(offset, ir.i64)
-        lo = _constant(ir.Binary("+", lp.lo, shift, ir.i64), sizes)
-        hi = _constant(ir.Binary("-", ir.Binary("+", lp.hi, shift, ir.i64), shape[d], ir.i64),
-                       sizes)
+        lo = constant_value(ir.Binary("+", lp.lo, shift, ir.i64), sizes)
+        hi = constant_value(ir.Binary("-", ir.Binary("+", lp.hi, shift, ir.i64), shape[d],
+                                      ir.i64), sizes)
         if lp.step != 1 or lo is None or hi is None or lo > 0 or hi < 0:
             return None
         if lo < 0:
@@ -265,27 +267,6 @@ def _rows_by_outer_loops(lead: tuple, loops: tuple, shape: tuple, sizes):
         if hi > 0:
             conditions.append(ir.Condition(ir.Binary("<", row, shape[d], ir.boolean)))
     return c, tuple(conditions)
-
-
-def _constant(e: ir.Expr, sizes) -> Optional[int]:
-    """The integer the affine ``e`` equals whatever the ``sizes``, or None."""
-    try:
-        text = affine_text(e)
-    except ValueError:
-        return None
-    value = isl.PwAff(f"[{', '.join(isl_name(n) for n in sizes)}] -> {{ [({text})] }}")
-    return value.as_aff().get_constant_val().to_python() if value.is_cst() else None
-
-
-def _loop_plus_constant(e: ir.Expr):
-    """(loop variable, constant) where ``e`` is a loop variable plus or minus an integer
-    constant; (None, 0) otherwise."""
-    if isinstance(e, ir.LoopVar):
-        return e.name, 0
-    if (isinstance(e, ir.Binary) and e.op in ("+", "-") and isinstance(e.a, ir.LoopVar)
-            and isinstance(e.b, ir.Const) and isinstance(e.b.value, int)):
-        return e.a.name, e.b.value if e.op == "+" else -e.b.value
-    return None, 0
 
 
 def forward_copies(kernel: ir.Kernel) -> tuple[ir.Kernel, list]:

@@ -45,7 +45,9 @@ name -> C name), ``loops`` (annotation id -> a plan entry) and
 ``threads`` (runs its iterations on parallel hardware threads / a grid),
 ``simd``, ``atomic`` (statement names updated atomically), ``mapping`` (why,
 for people), ``pragma(names, size_text)`` (the directive line before the
-loop, or None) and ``decision()`` (one line for ``pa.explain``).
+loop, or None), ``sections_maybe_empty()`` (the array sections its directive privatizes
+that may have no elements, which the emitter guards) and ``decision()`` (one line for
+``pa.explain``).
 
 ``TARGETS`` lists the targets this polyad has; ``PLANNED_TARGETS`` those
 named but not available yet; ``get_target(name)`` raises ValueError for

@@ -108,6 +108,11 @@ class CudaLoopPlan:
         """CUDA loops carry no directive (the grid is the emitter's launch)."""
         return None
 
+    def sections_maybe_empty(self) -> list:
+        """No reduction clause privatizes an array section here (block copies and
+        register partials are the emitter's own): none to guard."""
+        return []
+
     def decision(self) -> str:
         """One line for people: grid axis and how carried dependences are honoured."""
         if not self.threads:
