@@ -1355,15 +1355,15 @@ ANTI_DUPLICATES_QUOTA = 5_000_000
 def _variable_dependences(var_reads, must_w, writes, tree: isl.Schedule, flow_only: bool):
     """(flow, output, anti) dependences of one variable under the schedule ``tree``, and
     why they are memory-based (None where ISL's exact analysis answered); output and anti
-    are None when ``flow_only``."""
+    are None when ``flow_only``.
 
-    # The schedule is a tree, restricted to the statements that touch this variable.
-    # (isl's schedule-*map* path of compute_flow, ``set_schedule_map``, drops
-    # must-sources of statements whose domain fixes a schedule dimension to a constant
-    # next to a strided (``mod``) loop: the boundary piece ``k = 1`` of a clamped read
-    # under ``for i in range(0, N, 3)`` lost its dependences and was scheduled after
-    # writes it precedes, fuzz seed 144.)
-    tree = tree.intersect_domain(writes.domain().union(var_reads.domain()))
+    ``tree``: the schedule as a tree, its domain the statements that touch this variable
+    (``_variable_analysis`` restricts it; restricting it again here took minutes of ISL's
+    time on a fuzz kernel's vjp, seed 19650, for the same tree). (isl's schedule-*map*
+    path of compute_flow, ``set_schedule_map``, drops must-sources of statements whose
+    domain fixes a schedule dimension to a constant next to a strided (``mod``) loop: the
+    boundary piece ``k = 1`` of a clamped read under ``for i in range(0, N, 3)`` lost its
+    dependences and was scheduled after writes it precedes, fuzz seed 144.)"""
     why = None
 
     def exact(sink, must_src, may_src) -> isl.UnionMap:

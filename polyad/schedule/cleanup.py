@@ -510,13 +510,23 @@ def assign_first_updates(kernel: ir.Kernel, model: Optional[PolyModel] = None) \
         for st, first in firsts:
             reached = model.access_map(st, st.target).intersect_domain(first).range()
             elements = reached if elements is None else elements.union(reached)
+        elements = coalesced(elements)
+        tangled = [s for s in [elements] + [first.gist(model.domain(st)) for st, first in firsts]
+                   if not _plain_condition(s)]
+        if tangled:
+            decisions.append(f"{array}: its updates stay updates after its zeroing: the "
+                             f"elements they reach first make a condition of "
+                             f"{tangled[0].n_basic_set()} pieces or with divisions, which "
+                             f"would cost each iteration more than the zeroing's pass saves")
+            continue
+        for st, first in firsts:
             replaced[st.name] = _first_pieces(kernel, model, st, first, params)
         if zeroing is None:  # a zero-filled temporary: zeroed by a statement of its own now
             t = next(t for t in temps if t.name == array)
             temps[temps.index(t)] = dataclasses.replace(t, zero=False)
             zeroing = _zeroing_statement(kernel, t, added)
             added.append(zeroing)
-        skip = set_to_condition(coalesced(elements), list(zeroing.loop_vars), params)
+        skip = set_to_condition(elements, list(zeroing.loop_vars), params)
         kept = dataclasses.replace(zeroing, conditions=zeroing.conditions
                                    + (ir.Condition(skip, positive=False),))
         if zeroing in added:
@@ -537,6 +547,22 @@ def assign_first_updates(kernel: ir.Kernel, model: Optional[PolyModel] = None) \
                        else piece)
     out.sort(key=lambda s: s.position)
     return dataclasses.replace(kernel, statements=tuple(out), temps=tuple(temps)), decisions
+
+
+# Most pieces (disjuncts) of a condition ``assign_first_updates`` writes. The corpora's
+# conditions have one to four; a fuzz kernel's vjp (seed 19650: strided loops, zero-mode
+# reads at offsets) had 28 with 85 existential variables, and ISL's AST generation of
+# its statements so split ran for more than ten minutes.
+FIRST_UPDATE_PIECES = 8
+
+
+def _plain_condition(s: isl.Set) -> bool:
+    """Whether ``s`` makes a condition worth testing in each iteration: at most
+    ``FIRST_UPDATE_PIECES`` pieces, none with existential variables (a ``mod`` or
+    ``floor`` test)."""
+    pieces = s.get_basic_sets()
+    return (len(pieces) <= FIRST_UPDATE_PIECES
+            and all(b.dim(isl.dim_type.div) == 0 for b in pieces))
 
 
 def _zeroings(kernel: ir.Kernel) -> dict:
