@@ -1313,9 +1313,14 @@ def _has_existentials(instances: isl.UnionSet) -> bool:
     of a loop ``range(a, b, s)`` with ``s`` > 1: ``(i) mod 3 = 0``, where ISL has crashed;
     a projection's range)."""
     found = []
-    instances.foreach_set(lambda s: found.append(
-        any(b.dim(isl.dim_type.div) > 0 for b in s.get_basic_sets())))
+    instances.foreach_set(lambda s: found.append(set_has_existentials(s)))
     return any(found)
+
+
+def set_has_existentials(s: isl.Set) -> bool:
+    """Whether some piece of ``s`` needs existential variables (a ``mod`` or ``floor``
+    constraint)."""
+    return any(b.dim(isl.dim_type.div) > 0 for b in s.get_basic_sets())
 
 
 def strided_ast_build_crashes(context: isl.Set, tree: isl.Schedule) -> bool:

@@ -19,7 +19,8 @@ from .. import ir
 from ..ir import Load, Loop
 from ..poly import (PolyModel, approximate, coalesced, constant_value, dependences,
                     lower_dimensional, model_of, offset_from_size, operation_quota,
-                    param_exprs, same_element, set_to_condition, union_of)
+                    param_exprs, same_element, set_has_existentials, set_to_condition,
+                    union_of)
 from .gather import array_conflicts_carried, accessed_names
 from .nests import (common_depth, fresh_statement_name, loop_nests, rows_selected_by_loops,
                     selected_by_loops)
@@ -560,9 +561,7 @@ def _plain_condition(s: isl.Set) -> bool:
     """Whether ``s`` makes a condition worth testing in each iteration: at most
     ``FIRST_UPDATE_PIECES`` pieces, none with existential variables (a ``mod`` or
     ``floor`` test)."""
-    pieces = s.get_basic_sets()
-    return (len(pieces) <= FIRST_UPDATE_PIECES
-            and all(b.dim(isl.dim_type.div) == 0 for b in pieces))
+    return s.n_basic_set() <= FIRST_UPDATE_PIECES and not set_has_existentials(s)
 
 
 def _zeroings(kernel: ir.Kernel) -> dict:
