@@ -366,3 +366,21 @@ def test_crash_and_hang_fail_only_their_case(monkeypatch, tmp_path):
     assert by_seed[1]["status"] != "fail" and by_seed[4]["status"] != "fail"
     assert os.environ[SELFTEST_CRASH] == "2"
     assert not _running(int((tmp_path / "child.pid").read_text()))
+
+
+def test_first_updates_under_a_tangled_condition_stay_updates(tmp_path):
+    """Seed 19650's vjp (strided loops, zero-mode reads at offsets): the elements of
+    ``d_x0`` its update reaches first make a condition of 23 pieces with divisions, whose
+    split statements took ISL's AST generation more than ten minutes. The update stays an
+    update (``pa.explain`` says why), the vjp compiles, and the case passes every check
+    (the reference, finite differences, JAX where installed)."""
+    import polyad as pa
+    from polyad.pipeline import Options, artifact_of
+    from tests.fuzz.check import check_case, load_kernel
+    case = generate(19650)
+    vjp = pa.vjp(load_kernel(case, str(tmp_path)), wrt=["x0"])
+    decisions = artifact_of(vjp, Options()).scheduled.schedule_decisions
+    assert any(d.startswith("d_x0: its updates stay updates after its zeroing: the elements")
+               for d in decisions)
+    result = check_case(case, str(tmp_path))
+    assert result.status == "ok", result.as_dict()
