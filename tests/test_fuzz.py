@@ -310,13 +310,16 @@ def test_a_primal_rounded_by_fused_multiply_adds_leaves_jax_the_build_rounding_e
     another rounding than JAX's, and ``1 - sin(y)`` there, with the gradient, is another
     number (-5.8e18 against JAX's -1.8e26 in one entry on an Intel host). The check then
     holds the build that rounds every product to JAX within the tolerance alone
-    (``_contraction_explains``), and only where rounding the inputs moves JAX's gradient
+    (``_uncontracted_gradients``), and only where rounding the inputs moves JAX's gradient
     past the tolerance: a gradient that rounding does not move (seed 8) is held to JAX
-    whatever the build rounds."""
+    whatever the build rounds. On AMD Zen 3 (``-march=znver3``) gcc contracts the jvp's
+    vector code but not the vjp's scalar code: the two default builds then round the
+    primal apart (2.0e29 against 1.8e28 along one direction), and the jvp that rounds
+    every product is held to the vjp that does, which JAX vouches for."""
     pytest.importorskip("jax")
     import numpy as np
     import polyad as pa
-    from tests.fuzz.check import (_JaxGradient, _contraction_explains, _outputs,
+    from tests.fuzz.check import (_JaxGradient, _outputs, _uncontracted_gradients,
                                   call_compiled, differentiable_inputs, load_kernel)
     case, ref, arrays, scalars, sizes = _case_at(17804, {"M": 7, "N": 5})
     kern = load_kernel(case, str(tmp_path))
@@ -328,8 +331,9 @@ def test_a_primal_rounded_by_fused_multiply_adds_leaves_jax_the_build_rounding_e
     contracted = not np.array_equal(
         call_compiled(ck, case, arrays, scalars)["y0"],
         call_compiled(pa.compile(kern, deterministic=True), case, arrays, scalars)["y0"])
-    assert _contraction_explains(case, kern, ck, vk, "openmp", args, arrays, scalars,
-                                 ["x0", "s"], oracle) == contracted
+    explained = _uncontracted_gradients(case, kern, ck, vk, "openmp", args, arrays, scalars,
+                                        ["x0", "s"], oracle)
+    assert (explained is not None) == contracted
     result = run_cases([17804], workers=1, case_timeout=180, full=True)[0]
     assert result["status"] == "ok", _report([result])
     assert any("rounds every product" in c for c in result["checks"]) == contracted

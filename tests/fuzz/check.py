@@ -28,6 +28,7 @@ when ``sanitize`` is set (the process must run with libasan preloaded).
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import ctypes.util
 import importlib.util
@@ -376,6 +377,7 @@ def check_vjp(case, kern, ck, ref, valid_sets, res, use_jax, deterministic, sani
     hvp_unjudged = 0  # ... and those of the hvp (_check_hvp)
     vouched = 0  # directions whose converged differences missed the vjp, where JAX agreed
     contracted = 0  # size sets whose disputed directions JAX judged on the uncontracted build
+    jvp_contracted = 0  # size sets whose jvp was held to the vjp by the uncontracted builds
     # the two size sets checked: the largest and the smallest that ran
     chosen = sorted(valid_sets, key=lambda t: sum(t[0].values()))
     chosen = [chosen[0]] if len(chosen) == 1 else [chosen[0], chosen[-1]]
@@ -401,6 +403,8 @@ def check_vjp(case, kern, ck, ref, valid_sets, res, use_jax, deterministic, sani
         cot64 = {n: np.asarray(c, np.float64) for n, c in cots.items()}
         overflows = use_jax and reference_overflows(ref, case, arrays, scalars, sizes)
         disputed: list = []  # (only where JAX, an independent oracle, will judge)
+        uncontracted = None  # the gradients of the build that rounds every product, where
+        # its contraction explains the default build's miss (_uncontracted_gradients)
         if case.dtype == "f64":
             unjudged += _check_fd(case, ck, arrays, scalars, cot64, grads, stage, rng,
                                   disputed=disputed if use_jax and not overflows else None)
@@ -415,8 +419,9 @@ def check_vjp(case, kern, ck, ref, valid_sets, res, use_jax, deterministic, sani
         elif use_jax:
             oracle = _JaxGradient(case, ref, arrays, scalars, sizes, cot64, wrt)
             if disputed and not oracle.agrees_closely(grads):
-                if not _contraction_explains(case, kern, ck, vk, target, args, arrays,
-                                             scalars, wrt, oracle):
+                uncontracted = _uncontracted_gradients(case, kern, ck, vk, target, args,
+                                                       arrays, scalars, wrt, oracle)
+                if uncontracted is None:
                     # JAX vouches for a direction the differences dispute only without
                     # the allowance for the gradient's rounding noise
                     raise Mismatch("\n".join(disputed
@@ -429,8 +434,26 @@ def check_vjp(case, kern, ck, ref, valid_sets, res, use_jax, deterministic, sani
                 vouched += len(disputed)
             jax_checked = True
         if jc is not None:
-            _check_jvp(case, jk, jc, arrays, scalars, sizes, cot64, grads, rng,
-                       f"jvp {sizes}")
+            directions = copy.deepcopy(rng)  # (the retry below draws the same ones)
+            try:
+                _check_jvp(case, jk, jc, arrays, scalars, sizes, cot64, grads, rng,
+                           f"jvp {sizes}")
+            except Mismatch:
+                # the jvp's default build, another program, contracts the primal's
+                # products otherwise than the vjp's (seed 17804 on AMD Zen 3: gcc fuses
+                # in the vector code, not in the scalar): where that rounding moves the
+                # gradient (JAX's moves past the tolerance when the inputs round), the
+                # builds that round every product are held to each other instead
+                if oracle is None or not oracle.moved_by_rounding():
+                    raise
+                if uncontracted is None:
+                    uncontracted = _deterministic_gradients(vk, args, wrt, target)
+                    if not oracle.agrees_closely(uncontracted):
+                        raise
+                _check_jvp(case, jk, pa.compile(jk, target=target, deterministic=True),
+                           arrays, scalars, sizes, cot64, uncontracted, directions,
+                           f"jvp {sizes} (every product rounded)")
+                jvp_contracted += 1
         if hc is not None:
             hvp_unjudged += _check_hvp(case, hk, hc, vk, vc, args, wrt, rng, f"hvp {sizes}")
         if checkpointed is not None:
@@ -465,6 +488,9 @@ def check_vjp(case, kern, ck, ref, valid_sets, res, use_jax, deterministic, sani
         res.checks.append("vjp-jax")
     res.checks.append(f"jvp refused ({jvp_refused}) where the vjp was not" if jvp_refused
                       else "jvp")
+    if jvp_contracted:
+        res.checks.append("jvp: held to the vjp by the builds that round every product (the "
+                          "default jvp build's fused multiply-adds round the primal otherwise)")
     if checkpointed is not None:
         res.checks.append("checkpointed vjp")
     if hvp_refused:
@@ -616,33 +642,42 @@ def _copies(args: dict) -> dict:
     return {n: (v.copy() if isinstance(v, np.ndarray) else v) for n, v in args.items()}
 
 
-def _contraction_explains(case, kern, ck, vk, target, args, arrays, scalars, wrt,
-                          oracle) -> bool:
-    """Does the C compiler's contraction of products into fused multiply-adds explain why
-    the vjp ``vk`` (called with ``args``) misses JAX's gradient (``oracle``) within the
-    tolerance alone where finite differences disputed it? The default build contracts (``-ffp-contract=fast``) and
-    gcc's tunings for Intel cores do so in scalar code (those for AMD Zen avoid the
-    chains), so its primal rounds otherwise than JAX's reference, which rounds every
-    product; where the primal's values feed ``cos`` at -1e24 (fuzz seed 17804) the
-    derivative of one rounding is not the other's. True where the default build's primal
-    differs from the build that rounds every product (``deterministic=True``), moving
-    the inputs by rounding moves JAX's gradient past the tolerance (a gradient that
-    rounding does not move is held to JAX whatever the build rounds), and the build
+def _uncontracted_gradients(case, kern, ck, vk, target, args, arrays, scalars, wrt,
+                            oracle):
+    """The gradients of the build of the vjp ``vk`` (called with ``args``) that rounds
+    every product, where the C compiler's contraction of products into fused
+    multiply-adds explains why the default build misses JAX's gradient (``oracle``)
+    within the tolerance alone where finite differences disputed it; None where it does
+    not explain it. The default build contracts (``-ffp-contract=fast``) and gcc's
+    tunings for Intel cores do so in scalar code (those for AMD Zen avoid the chains), so
+    its primal rounds otherwise than JAX's reference, which rounds every product; where
+    the primal's values feed ``cos`` at -1e24 (fuzz seed 17804) the derivative of one
+    rounding is not the other's. Contraction explains the miss where the default build's
+    primal differs from the build that rounds every product (``deterministic=True``),
+    moving the inputs by rounding moves JAX's gradient past the tolerance (a gradient
+    that rounding does not move is held to JAX whatever the build rounds), and the build
     that rounds every product has a vjp that matches JAX within the tolerance alone: the
     derivative program is then JAX's, and the default build's gradient, the derivative
     of its own rounding of the primal, has no oracle here."""
     import polyad as pa
     if not oracle.moved_by_rounding():
-        return False
+        return None
     uncontracted = pa.compile(kern, target=target, deterministic=True)
     primal = call_compiled(ck, case, arrays, scalars)
     primal_uncontracted = call_compiled(uncontracted, case, arrays, scalars)
     if all(np.array_equal(np.asarray(primal[n]), np.asarray(primal_uncontracted[n]),
                           equal_nan=True) for n in primal):
-        return False
+        return None
+    got = _deterministic_gradients(vk, args, wrt, target)
+    return got if oracle.agrees_closely(got) else None
+
+
+def _deterministic_gradients(vk, args, wrt, target) -> dict:
+    """The gradients (float64, by name in ``wrt``) of the build of the vjp ``vk`` that
+    rounds every product (``deterministic=True``), called with copies of ``args``."""
+    import polyad as pa
     dv = pa.compile(vk, target=target, deterministic=True)
-    got = {n: np.asarray(g, np.float64) for n, g in zip(wrt, vk.package(dv(**_copies(args))))}
-    return oracle.agrees_closely(got)
+    return {n: np.asarray(g, np.float64) for n, g in zip(wrt, vk.package(dv(**_copies(args))))}
 
 
 def _hold_to_vjp(case, got: dict, grads: dict, oracle, what: str) -> None:
