@@ -81,8 +81,9 @@ class DTypeError(ArgumentError, TypeError):
 
 class CompileError(PolyadError):
     """Building or loading the generated code failed: the C compiler is missing or failed
-    (its message and the source path are in the text), or a sanitized kernel cannot be
-    loaded into this process."""
+    (its message and the source path are in the text), a sanitized kernel cannot be
+    loaded into this process, or ISL could not generate a kernel's loops within its
+    operation quota (the kernel's source line is in the text)."""
 
 
 class TilingError(PolyadError):

@@ -1226,6 +1226,12 @@ def operation_quota(ctx: isl.Context, operations: int):
         ctx.reset_operations()
 
 
+def quota_spent(exc: isl.Error) -> bool:
+    """Whether ``exc`` is ISL's error for a spent ``operation_quota`` (islpy's errors
+    carry ISL's message, not its error code)."""
+    return "maximal number of operations exceeded" in str(exc)
+
+
 def text_within_seconds(compute: Callable[[], Optional[str]], seconds: float) \
         -> tuple[Optional[str], str]:
     """(``compute()``, '') run in a forked child process that may take ``seconds`` of wall

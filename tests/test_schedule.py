@@ -265,6 +265,47 @@ def test_scheduler_quota_falls_back_to_program_order(monkeypatch):
     assert "omp parallel" not in art.source  # the program order, sequential
 
 
+def test_loops_past_the_ast_quota_become_one_nest_per_band(monkeypatch):
+    """ISL's generation of a loop per piece runs under ``build.AST_QUOTA`` operations
+    (unbounded, a fuzz vjp generated its loops for more than ten minutes); past it, the
+    kernel gets one loop nest per band with the pieces as conditions inside, says so, and
+    computes the same values. Here the quota is spent at once for the separated loops
+    only, by ISL itself (a quota of one operation)."""
+    from polyad.schedule import build
+    quota = build.AST_QUOTA
+    built = build._built_candidate
+
+    def separated_past_the_quota(schedule, kernel, model, deps, separate, *rest):
+        monkeypatch.setattr(build, "AST_QUOTA", 1 if separate else quota)
+        return built(schedule, kernel, model, deps, separate, *rest)
+    monkeypatch.setattr(build, "_built_candidate", separated_past_the_quota)
+    art = compile_kernel(stencil_adjoint.ir)
+    monkeypatch.setattr(build, "_built_candidate", built)
+    monkeypatch.setattr(build, "AST_QUOTA", quota)
+    separated = compile_kernel(stencil_adjoint.ir)
+    assert any("one loop nest per band" in d and "past 20_000_000 operations" in d
+               for d in art.scheduled.schedule_decisions)
+    assert not any("one loop nest per band" in d for d in separated.scheduled.schedule_decisions)
+    assert art.source != separated.source
+    dy = np.random.default_rng(11).random((6, 7))
+    want = {"dx": np.zeros((6, 7))}
+    interpret(stencil_adjoint.ir, dict(dy=dy, **want), dict(M=6, N=7))
+    got = np.zeros((6, 7))
+    art.target.load(art.build)(dy=dy, dx=got)
+    np.testing.assert_allclose(got, want["dx"], rtol=1e-14)
+
+
+def test_loops_past_the_ast_quota_either_way_are_a_clear_error(monkeypatch):
+    """Where one loop nest per band runs past the quota too, the compile stops with an
+    error naming the kernel, its source line, what ran out and what to do."""
+    from polyad.schedule import build
+    monkeypatch.setattr(build, "AST_QUOTA", 1)
+    with pytest.raises(pa.CompileError, match=r"test_schedule\.py:\d+: kernel "
+                       r"'stencil_adjoint': ISL's generation of its loops ran past its "
+                       r"quota of 1 operations.*Split the kernel"):
+        compile_kernel(stencil_adjoint.ir)
+
+
 @pa.kernel
 def column_dots(A: pa.f64[M, N], x: pa.f64[M], y: pa.Out(pa.f64[N])):
     for j in range(N):

@@ -34,10 +34,12 @@ from .machine import VectorUnit
 from .loop_order import (add_decisions, block_sum_rows_in_registers, block_sums_in_registers,
                          expand_reduction_rows, interchange_for_reuse, jam_small_loops,
                          unit_stride_innermost)
+from ..errors import CompileError
 from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, dependences,
                     guard_requirements, isl_name, large_sizes, maps_of, operation_quota,
-                    pairs_run_in_order, split_boundary_pieces, statement_schedules,
-                    strided_ast_build_crashes, text_within_seconds, values_without_divs)
+                    pairs_run_in_order, quota_spent, split_boundary_pieces,
+                    statement_schedules, strided_ast_build_crashes, text_within_seconds,
+                    values_without_divs)
 
 _REDUCTION_OPS = {"+=": "+", "-=": "+", "*=": "*"}
 
@@ -121,6 +123,9 @@ class ScheduleCandidate:
     runs_backwards: str = ""
     # the vector unit the kernel's register-resident sums are sized for (``machine``)
     vector_unit: Optional[VectorUnit] = None
+    # one loop nest per band because the generation of a loop per piece ran past
+    # ``AST_QUOTA`` (``_candidate``)
+    unseparated: bool = False
 
 
 @dataclass
@@ -660,6 +665,8 @@ def _schedule_kernel(kernel: ir.Kernel,
                             vector_unit=vector_unit,
                             ast_schedule=_program_order_tree(model,
                                                              _adjacent_equal_domains(model)))
+    if chosen is None:
+        raise ast_generation_error(kernel)
     origin = "program order"
     parallel, looped = score(chosen)
     isl_schedule = None
@@ -683,7 +690,10 @@ def _schedule_kernel(kernel: ir.Kernel,
         elif parallel < looped:
             with clock.stage("ast", n):
                 other = _candidate(isl_schedule, split, model, deps, vector_unit=vector_unit)
-            if score(other)[0] > parallel:
+            if other is None:
+                origin = (f"program order (ISL's generation of the loops of its schedule ran "
+                          f"past {AST_QUOTA:_} operations)")
+            elif score(other)[0] > parallel:
                 chosen = other
                 origin = "ISL scheduler (more parallel than the program order)"
             else:
@@ -697,7 +707,7 @@ def _schedule_kernel(kernel: ir.Kernel,
         if decisions:
             with clock.stage("ast", n):
                 other = _candidate(local, split, model, deps, vector_unit=vector_unit)
-            if score(other)[0] >= score(chosen)[0]:
+            if other is not None and score(other)[0] >= score(chosen)[0]:
                 chosen = other
                 origin = ("ISL scheduler, bands reordered for unit stride (as parallel as "
                           "the " + ("ISL schedule)" if isl_chosen else "program order)"))
@@ -709,7 +719,7 @@ def _schedule_kernel(kernel: ir.Kernel,
         with clock.stage("ast", n):
             other = _candidate(isl_schedule, split, model, deps, vector_unit=vector_unit)
         before = strided_inner_accesses(chosen.ast, split)
-        after = strided_inner_accesses(other.ast, split)
+        after = before if other is None else strided_inner_accesses(other.ast, split)
         if after < before and score(other)[0] >= score(chosen)[0]:
             chosen = other
             origin = "ISL scheduler (as parallel as the program order, fewer strided accesses)"
@@ -724,13 +734,19 @@ def _schedule_kernel(kernel: ir.Kernel,
         if tiled is not None:
             with clock.stage("ast", n):
                 other = _candidate(tiled, split, model, deps, vector_unit=vector_unit)
-            if score(other)[0] >= score(chosen)[0]:
+            if other is None:
+                decisions.append(f"not tiled: ISL's generation of the tiled loops ran past "
+                                 f"{AST_QUOTA:_} operations")
+            elif score(other)[0] >= score(chosen)[0]:
                 chosen = other
                 decisions += tiling
             else:
                 decisions.append("not tiled: the tiled schedule is less parallel")
         else:
             decisions += tiling
+    if chosen.unseparated:
+        decisions.append(f"one loop nest per band, the pieces as conditions inside: ISL's "
+                         f"generation of a loop per piece ran past {AST_QUOTA:_} operations")
     if chosen.large_sizes:
         decisions.append(
             "loops separated per piece where " + " and ".join(
@@ -860,11 +876,21 @@ def _isl_schedule(model: PolyModel, deps: Dependences) -> tuple[Optional[isl.Sch
         return None, "ISL could not read back the schedule it printed"
 
 
+# Bound on the ISL operations of one AST generation (with the loop analysis its
+# callbacks make). Unbounded, a fuzz kernel's vjp whose first-reached elements made a
+# condition of 28 pieces (seed 19650, before cleanup.FIRST_UPDATE_PIECES) generated its
+# loops for more than ten minutes; 10 million operations stopped it in 6 s. The test
+# suite's and the benchmarks' generations stay below 4 million (each passes at that quota).
+AST_QUOTA = 20_000_000
+
+
 def _candidate(schedule: isl.Schedule, kernel: ir.Kernel, model: PolyModel,
                deps: Dependences, separate: bool = True,
                ast_schedule: Optional[isl.Schedule] = None,
-               vector_unit: Optional[VectorUnit] = None) -> ScheduleCandidate:
-    """The AST of ``schedule`` with the dependence test's facts on every loop.
+               vector_unit: Optional[VectorUnit] = None) -> Optional[ScheduleCandidate]:
+    """The AST of ``schedule`` with the dependence test's facts on every loop; None where
+    ISL's AST generation made more than ``AST_QUOTA`` operations, separated and then (for
+    ``separate``) again as one loop nest per band.
 
     ``separate``: a loop per piece (interior loops without border conditions);
     else one loop nest per band with the pieces as conditions inside.
@@ -873,6 +899,34 @@ def _candidate(schedule: isl.Schedule, kernel: ir.Kernel, model: PolyModel,
     ``vector_unit``: the candidate's, for the target's plan (``ScheduleCandidate``; None:
     the host's, ``machine.host_vector_unit``).
     """
+    built = _built_candidate(schedule, kernel, model, deps, separate, ast_schedule,
+                             vector_unit)
+    if built is not None or not separate:
+        return built
+    # the separation is the costly part of the generation (a loop per piece of every
+    # statement's domain); one loop nest per band asks for none
+    built = _built_candidate(schedule, kernel, model, deps, False, ast_schedule, vector_unit)
+    if built is None or built.runs_backwards:
+        # (ISL's one loop nest per band can run a dependence backwards: fuzz seed 16020)
+        return None
+    return dataclasses.replace(built, unseparated=True)
+
+
+def ast_generation_error(kernel: ir.Kernel) -> CompileError:
+    """The error of a kernel whose loops ISL could not generate within ``AST_QUOTA``."""
+    return CompileError(
+        f"{kernel.filename}:{kernel.line}: kernel {kernel.name!r}: ISL's generation of its "
+        f"loops ran past its quota of {AST_QUOTA:_} operations, with a loop per piece and "
+        f"with one loop nest per band: the conditions on its statements' instances "
+        f"(boundary pieces, strided loops, conditions on loop variables) make too many "
+        f"pieces. Split the kernel into smaller kernels, or write its border rows and "
+        f"columns as loops of their own.")
+
+
+def _built_candidate(schedule, kernel, model, deps, separate, ast_schedule,
+                     vector_unit) -> Optional[ScheduleCandidate]:
+    """``_candidate``'s AST generation once, with ``separate`` as given; None past
+    ``AST_QUOTA``."""
     # fused chains only: elsewhere the cases of small sizes are fewer and a second version
     # costs more than it saves or sends common sizes to the slow one (the conv layer's
     # gradient, with its rows fused inside the loop over images: 9.1 -> 7.4 s cold, but
@@ -893,8 +947,18 @@ def _candidate(schedule: isl.Schedule, kernel: ir.Kernel, model: PolyModel,
                              check_order=not separate)
     build = isl.AstBuild.from_context(context)
     build, handle = build.set_after_each_for(analysis)
-    ast = build.node_from_schedule(tree)
-    del handle
+    try:
+        with operation_quota(model.ctx, AST_QUOTA):
+            ast = build.node_from_schedule(tree)
+            if isinstance(analysis.error, isl.Error):
+                # (the quota ran out in the loop analysis of a callback)
+                raise analysis.error
+    except isl.Error as exc:
+        if not quota_spent(exc):
+            raise
+        return None
+    finally:
+        del handle
     if analysis.error is not None:
         raise analysis.error
     return ScheduleCandidate(kernel, schedule, ast, analysis.loops, bounds,
@@ -915,6 +979,10 @@ def guarded_pieces(scheduled: ScheduledKernel) -> ScheduledKernel:
     """
     cand = _candidate(scheduled.schedule, scheduled.kernel, scheduled.model, scheduled.deps,
                       separate=False, vector_unit=scheduled.vector_unit)
+    if cand is None:
+        return dataclasses.replace(scheduled, schedule_decisions=scheduled.schedule_decisions + (
+            f"pieces kept in loops of their own: ISL's generation of one loop nest per band "
+            f"ran past its quota of {AST_QUOTA:_} operations",))
     if cand.runs_backwards:
         # a fault of ISL's atomic loops (fuzz seed 16020): the AST of a loop per piece,
         # the one the schedule was chosen with, stays
