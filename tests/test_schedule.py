@@ -295,6 +295,45 @@ def test_loops_past_the_ast_quota_become_one_nest_per_band(monkeypatch):
     np.testing.assert_allclose(got, want["dx"], rtol=1e-14)
 
 
+def test_isl_is_asked_once_for_the_schedule_of_both_builds(monkeypatch):
+    """ISL's answer for one set of schedule constraints is remembered in the process: the
+    default and the deterministic build of a kernel ask for the same schedule, and one
+    that ran past ``build.SCHEDULER_SECONDS`` (fuzz seed 19715's vjp) would again."""
+    from polyad.schedule import build
+    asked = []
+    within = build.text_within_seconds
+    monkeypatch.setattr(build, "text_within_seconds",
+                        lambda compute, seconds: asked.append(seconds) or within(compute, seconds))
+    build.recent_schedules.replace([])
+    default = compile_kernel(wavefront_sweep.ir)
+    deterministic = compile_kernel(wavefront_sweep.ir, Options(deterministic=True))
+    assert asked == [build.SCHEDULER_SECONDS]
+    assert default.scheduled.schedule_origin.startswith("ISL scheduler")
+    assert deterministic.scheduled.schedule_origin == default.scheduled.schedule_origin
+
+
+def test_a_schedule_of_isl_past_the_ast_quota_is_dropped(monkeypatch):
+    """Only the program order's loops, which the kernel cannot do without, get a second
+    generation as one loop nest per band past ``build.AST_QUOTA``: the loops of ISL's
+    schedule past it are dropped at once (a second generation took a minute on a fuzz
+    kernel), and the program order stays, saying why."""
+    from polyad.schedule import build
+    quota = build.AST_QUOTA
+    built = build._built_candidate
+    generations = []
+
+    def later_ones_past_the_quota(*args):
+        monkeypatch.setattr(build, "AST_QUOTA", quota if not generations else 1)
+        generations.append(args[4])  # (separate)
+        return built(*args)
+    monkeypatch.setattr(build, "_built_candidate", later_ones_past_the_quota)
+    art = compile_kernel(wavefront_sweep.ir)
+    assert generations == [True, True]
+    assert art.scheduled.schedule_origin == (
+        "program order (ISL's generation of the loops of its schedule ran past 1 operations)")
+    assert "omp parallel" not in art.source  # the program order, sequential
+
+
 def test_loops_past_the_ast_quota_either_way_are_a_clear_error(monkeypatch):
     """Where one loop nest per band runs past the quota too, the compile stops with an
     error naming the kernel, its source line, what ran out and what to do."""

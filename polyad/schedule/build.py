@@ -16,6 +16,7 @@ import islpy as isl
 
 from .. import ir
 from ..progress import StageClock
+from ..recent import Recent
 from . import machine, nests
 from .cleanup import (assign_first_updates, drop_zero_updates, forward_copies,
                       fuse_independent_nests, fuse_zero_initialization, remove_dead_statements,
@@ -662,7 +663,7 @@ def _schedule_kernel(kernel: ir.Kernel,
         deps = dependences(model, flow_only=scalars, memory_based_accumulators=True)
     with clock.stage("ast", n):
         chosen = _candidate(_program_order_schedule(model), split, model, deps,
-                            vector_unit=vector_unit,
+                            vector_unit=vector_unit, unseparated_fallback=True,
                             ast_schedule=_program_order_tree(model,
                                                              _adjacent_equal_domains(model)))
     if chosen is None:
@@ -851,6 +852,13 @@ SCHEDULER_QUOTA = 2_000_000
 SCHEDULER_SECONDS = 20.0
 
 
+# ISL's answers in this process (the schedule as text, or None and why there is none), by
+# the text of the constraints it was given and its bounds: a kernel's default and deterministic builds
+# ask it for the same schedule, and where it ran past SCHEDULER_SECONDS for one it would
+# again for the other (fuzz seed 19715's vjp: 20 s for each build the fuzzer checks).
+recent_schedules = Recent(64)
+
+
 def _isl_schedule(model: PolyModel, deps: Dependences) -> tuple[Optional[isl.Schedule], str]:
     """ISL's own schedule (validity = coincidence = proximity = all dependences), or None
     and why not."""
@@ -865,7 +873,9 @@ def _isl_schedule(model: PolyModel, deps: Dependences) -> tuple[Optional[isl.Sch
     def compute() -> str:
         with operation_quota(ctx, SCHEDULER_QUOTA):
             return sc.compute_schedule().to_str()
-    text, why = text_within_seconds(compute, SCHEDULER_SECONDS)
+    text, why = recent_schedules.get_or_make(
+        (sc.to_str(), SCHEDULER_QUOTA, SCHEDULER_SECONDS),
+        lambda: text_within_seconds(compute, SCHEDULER_SECONDS))
     if text is None:
         return None, why
     try:
@@ -888,10 +898,11 @@ AST_QUOTA = 20_000_000
 def _candidate(schedule: isl.Schedule, kernel: ir.Kernel, model: PolyModel,
                deps: Dependences, separate: bool = True,
                ast_schedule: Optional[isl.Schedule] = None,
-               vector_unit: Optional[VectorUnit] = None) -> Optional[ScheduleCandidate]:
+               vector_unit: Optional[VectorUnit] = None,
+               unseparated_fallback: bool = False) -> Optional[ScheduleCandidate]:
     """The AST of ``schedule`` with the dependence test's facts on every loop; None where
-    ISL's AST generation made more than ``AST_QUOTA`` operations, separated and then (for
-    ``separate``) again as one loop nest per band.
+    ISL's AST generation made more than ``AST_QUOTA`` operations (with
+    ``unseparated_fallback``: separated, and then again as one loop nest per band).
 
     ``separate``: a loop per piece (interior loops without border conditions);
     else one loop nest per band with the pieces as conditions inside.
@@ -899,10 +910,15 @@ def _candidate(schedule: isl.Schedule, kernel: ir.Kernel, model: PolyModel,
     order as a tree, groups of statements as single statements).
     ``vector_unit``: the candidate's, for the target's plan (``ScheduleCandidate``; None:
     the host's, ``machine.host_vector_unit``).
+    ``unseparated_fallback``: for the schedule the kernel cannot do without (the program
+    order's); another candidate past the quota is dropped at once, since the second
+    generation can take minutes before it reaches the quota too (a checkpoint segment of
+    fuzz seed 19715: 10 s separated, then 67 s as one nest per band, for each of two
+    candidates).
     """
     built = _built_candidate(schedule, kernel, model, deps, separate, ast_schedule,
                              vector_unit)
-    if built is not None or not separate:
+    if built is not None or not separate or not unseparated_fallback:
         return built
     # the separation is the costly part of the generation (a loop per piece of every
     # statement's domain); one loop nest per band asks for none
