@@ -728,7 +728,9 @@ def test_a_schedule_isl_cannot_read_back_leaves_the_program_order(monkeypatch, t
     children (``child: { set }``), which its own reader rejects: the compile failed with
     ISL's syntax error. The kernel now keeps the program order, and ``explain`` says why."""
     from polyad.schedule import build
+    from polyad.recent import Recent
     monkeypatch.setenv("POLYAD_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(build, "recent_schedules", Recent(64))  # (ISL's earlier answers)
     monkeypatch.setattr(build, "text_within_seconds", lambda compute, seconds: (
         '{ domain: "[N] -> { S0[i] : 1 <= i < N }", child: { set } }', ""))
     k = pa.Kernel(ir_kernel=recurrence_in_place.ir)

@@ -299,12 +299,13 @@ def test_isl_is_asked_once_for_the_schedule_of_both_builds(monkeypatch):
     """ISL's answer for one set of schedule constraints is remembered in the process: the
     default and the deterministic build of a kernel ask for the same schedule, and one
     that ran past ``build.SCHEDULER_SECONDS`` (fuzz seed 19715's vjp) would again."""
+    from polyad.recent import Recent
     from polyad.schedule import build
     asked = []
     within = build.text_within_seconds
     monkeypatch.setattr(build, "text_within_seconds",
                         lambda compute, seconds: asked.append(seconds) or within(compute, seconds))
-    build.recent_schedules.replace([])
+    monkeypatch.setattr(build, "recent_schedules", Recent(64))  # (ISL's earlier answers)
     default = compile_kernel(wavefront_sweep.ir)
     deterministic = compile_kernel(wavefront_sweep.ir, Options(deterministic=True))
     assert asked == [build.SCHEDULER_SECONDS]
