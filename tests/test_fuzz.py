@@ -345,6 +345,31 @@ def test_a_primal_rounded_by_fused_multiply_adds_leaves_jax_the_build_rounding_e
     assert not _JaxGradient(case, ref, arrays, scalars, sizes, cots, wrt).moved_by_rounding()
 
 
+def test_a_jvp_contracted_otherwise_than_the_vjp_is_held_to_it_by_the_rounded_builds(
+        tmp_path, monkeypatch):
+    """Seed 17804 built as gcc tunes for AMD Zen 3 (``-mtune=znver3``, the CI host of stop
+    64): gcc fuses the products of the jvp's vector code into multiply-adds and not those
+    of the vjp's scalar code, so the two default builds round the primal apart where it
+    reaches -1e24 and feeds ``cos`` (directional derivatives 2.2e30 and 2.0e29 on one
+    direction). JAX's gradient moves past the tolerance when the inputs round, and the
+    vjp that rounds every product matches JAX: the fuzzer holds the jvp that rounds every
+    product to it, and the case passes. (The tuning is set for the fuzzer's workers, which
+    are new processes: ``toolchain.c_compiler`` reads ``$CC`` once per process.)"""
+    pytest.importorskip("jax")
+    import shutil
+    from polyad.runtime import toolchain
+    wrapper = tmp_path / "cc-znver3"
+    wrapper.write_text(f'#!/bin/sh\nexec {toolchain.c_compiler()} "$@" -mtune=znver3\n')
+    wrapper.chmod(0o755)
+    assert shutil.which(str(wrapper))
+    monkeypatch.setenv("CC", str(wrapper))
+    monkeypatch.setenv("POLYAD_CACHE_DIR", str(tmp_path / "cache"))
+    result = run_cases([17804], workers=1, case_timeout=180, full=True)[0]
+    assert result["status"] == "ok", _report([result])
+    assert any(c.startswith("jvp: held to the vjp by the builds that round every product")
+               for c in result["checks"]), result["checks"]
+
+
 def _running(pid: int) -> bool:
     """Is process ``pid`` alive (not gone, not a zombie nobody reaped)?"""
     try:

@@ -335,6 +335,34 @@ def test_a_schedule_of_isl_past_the_ast_quota_is_dropped(monkeypatch):
     assert "omp parallel" not in art.source  # the program order, sequential
 
 
+def test_cuda_keeps_loops_per_piece_where_one_nest_per_band_runs_past_the_ast_quota(
+        monkeypatch, tmp_path):
+    """The CUDA target asks for one loop nest per band (``guarded_pieces``) after the
+    schedule is chosen; where that generation runs past ``build.AST_QUOTA``, the pieces
+    keep the loops of their own the schedule was chosen with, a decision says so, and the
+    simulator computes the interpreter's values."""
+    from polyad.schedule import build
+    monkeypatch.setenv("POLYAD_CACHE_DIR", str(tmp_path))  # (no earlier build of it)
+    quota = build.AST_QUOTA
+    built = build._built_candidate
+
+    def unseparated_past_the_quota(schedule, kernel, model, deps, separate, *rest):
+        monkeypatch.setattr(build, "AST_QUOTA", quota if separate else 1)
+        return built(schedule, kernel, model, deps, separate, *rest)
+    monkeypatch.setattr(build, "_built_candidate", unseparated_past_the_quota)
+    k = pa.Kernel(ir_kernel=stencil_adjoint.ir)
+    art = compile_kernel(k.ir, Options(target="cuda-sim"))
+    assert ("pieces kept in loops of their own: ISL's generation of one loop nest per band "
+            "ran past its quota of 1 operations") in art.plan.scheduled.schedule_decisions
+    sim = pa.compile(k, target="cuda-sim")
+    dy = np.random.default_rng(12).random((5, 6))
+    want = {"dx": np.zeros((5, 6))}
+    interpret(stencil_adjoint.ir, dict(dy=dy, **want), dict(M=5, N=6))
+    got = np.zeros((5, 6))
+    sim(dy=dy, dx=got)
+    np.testing.assert_allclose(got, want["dx"], rtol=1e-14)
+
+
 def test_loops_past_the_ast_quota_either_way_are_a_clear_error(monkeypatch):
     """Where one loop nest per band runs past the quota too, the compile stops with an
     error naming the kernel, its source line, what ran out and what to do."""

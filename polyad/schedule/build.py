@@ -15,6 +15,7 @@ from typing import Callable, Optional, Union
 import islpy as isl
 
 from .. import ir
+from ..errors import CompileError
 from ..progress import StageClock
 from ..recent import Recent
 from . import machine, nests
@@ -35,7 +36,6 @@ from .machine import VectorUnit
 from .loop_order import (add_decisions, block_sum_rows_in_registers, block_sums_in_registers,
                          expand_reduction_rows, interchange_for_reuse, jam_small_loops,
                          unit_stride_innermost)
-from ..errors import CompileError
 from ..poly import (Dependences, PolyModel, SizeRequirement, check_bounds, dependences,
                     guard_requirements, isl_name, large_sizes, maps_of, operation_quota,
                     pairs_run_in_order, quota_spent, split_boundary_pieces,
@@ -720,8 +720,8 @@ def _schedule_kernel(kernel: ir.Kernel,
         with clock.stage("ast", n):
             other = _candidate(isl_schedule, split, model, deps, vector_unit=vector_unit)
         before = strided_inner_accesses(chosen.ast, split)
-        after = before if other is None else strided_inner_accesses(other.ast, split)
-        if after < before and score(other)[0] >= score(chosen)[0]:
+        after = None if other is None else strided_inner_accesses(other.ast, split)
+        if after is not None and after < before and score(other)[0] >= score(chosen)[0]:
             chosen = other
             origin = "ISL scheduler (as parallel as the program order, fewer strided accesses)"
             decisions.append(
@@ -853,9 +853,10 @@ SCHEDULER_SECONDS = 20.0
 
 
 # ISL's answers in this process (the schedule as text, or None and why there is none), by
-# the text of the constraints it was given and its bounds: a kernel's default and deterministic builds
-# ask it for the same schedule, and where it ran past SCHEDULER_SECONDS for one it would
-# again for the other (fuzz seed 19715's vjp: 20 s for each build the fuzzer checks).
+# the text of the constraints it was given and its bounds: a kernel's default and
+# deterministic builds ask it for the same schedule, and where it ran past
+# SCHEDULER_SECONDS for one it would again for the other (fuzz seed 19715's vjp: 20 s for
+# each build the fuzzer checks).
 recent_schedules = Recent(64)
 
 

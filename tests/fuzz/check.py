@@ -403,8 +403,8 @@ def check_vjp(case, kern, ck, ref, valid_sets, res, use_jax, deterministic, sani
         cot64 = {n: np.asarray(c, np.float64) for n, c in cots.items()}
         overflows = use_jax and reference_overflows(ref, case, arrays, scalars, sizes)
         disputed: list = []  # (only where JAX, an independent oracle, will judge)
-        uncontracted = None  # the gradients of the build that rounds every product, where
-        # its contraction explains the default build's miss (_uncontracted_gradients)
+        uncontracted = None  # the gradients of the vjp's build that rounds every product,
+        # once JAX agreed with them (_uncontracted_gradients, or the jvp's check below)
         if case.dtype == "f64":
             unjudged += _check_fd(case, ck, arrays, scalars, cot64, grads, stage, rng,
                                   disputed=disputed if use_jax and not overflows else None)
