@@ -115,6 +115,49 @@ def test_deconvolution_gradient_keeps_blur_rows_per_thread():
     assert "fused the nests" not in pa.explain(g, fuse=False)
 
 
+def test_each_thread_allocates_its_row_buffers_once_for_the_chunks_it_runs():
+    """The chunk loop opens the parallel region, each thread allocates the buffers there
+    and the chunks are shared out with 'omp for' (``LoopPlan.buffers_per_thread``): a
+    thread's chunks reuse its buffers, each chunk writing every row it reads first. The
+    values stay the interpreter's with every chunk count per thread, the outputs passed
+    in filled with NaN."""
+    g = pa.grad(deconv_cost, wrt=["x", "f"])
+    k = pa.compile(g, fuse=True)
+    lines = k.source.splitlines()
+    regions = [i for i, line in enumerate(lines)
+               if line.strip() == "#pragma omp parallel reduction(+:d_f[0:5]) private(r)"]
+    assert regions
+    for i in regions:
+        ind = lines[i][:len(lines[i]) - len(lines[i].lstrip())]
+        assert lines[i + 1] == ind + "{"
+        allocs = lines[i + 2:i + 5]
+        assert sorted(a.split(" = malloc(")[0].strip() for a in allocs) == [
+            "double *restrict d_r_expanded_rows", "double *restrict d_t_rows",
+            "double *restrict t_rows"]
+        assert all(a.endswith("for a chunk of 64 rows of m; one per thread, reused by the "
+                              "iterations it runs") for a in allocs)
+        assert lines[i + 5] == ind + "  #pragma omp for schedule(static, 1)"
+        assert lines[i + 6].startswith(ind + "  for (int64_t m_chunk = 0; ")
+        end = lines.index(ind + "  }", i + 6)
+        assert not any("malloc(" in line or "free(" in line for line in lines[i + 6:end])
+        assert [line.strip() for line in lines[end + 1:end + 5]] == [
+            "free(d_r_expanded_rows);", "free(d_t_rows);", "free(t_rows);", "}"]
+    assert ("own row buffers d_r_expanded_rows, d_t_rows, t_rows per iteration, allocated "
+            "once per thread in the parallel region around the loop") in pa.explain(g, fuse=True)
+    rng = np.random.default_rng(21)
+    for m, n in [(5 * CHUNK_ROWS + 3, 7), (3 * CHUNK_ROWS, 12), (CHUNK_ROWS + 1, 9)]:
+        x, f, y = rng.standard_normal((m, n)), rng.standard_normal(5), rng.standard_normal((m, n))
+        _, want = interpret(g.ir, dict(x=x, f=f, y=y), dict(M=m, N=n))
+        for threads in (1, 2, 3):
+            d_x, d_f = np.full((m, n), np.nan), np.full(5, np.nan)
+            with pa.num_threads(threads):
+                k(x, f, y, d_x=d_x, d_f=d_f)
+            np.testing.assert_allclose(d_x, want["d_x"], rtol=1e-12, atol=1e-12,
+                                       err_msg=f"{m}x{n}, {threads} threads")
+            np.testing.assert_allclose(d_f, want["d_f"], rtol=1e-12, atol=1e-10,
+                                       err_msg=f"{m}x{n}, {threads} threads")
+
+
 def test_the_row_loops_of_a_fused_step_run_as_one_loop():
     """``jam_row_loops``: in the fused deconvolution gradient's step the blur row (S2) and
     the residual row with its d_f sums (S3-S13) run in one loop over ``n`` (9 rows: x, 5

@@ -371,11 +371,19 @@ def test_per_point_sums_run_along_the_row():
     assert row.chunk_loops == ("b", "co", "h") and row not in sk.kernel.caller_temps
     src = conv_cost.source
     lines = src.splitlines()
-    b = lines.index("    for (int64_t b = 0; b < B; b++) {")
-    assert lines[b - 1].strip().startswith("#pragma omp parallel for")
-    assert lines[b + 1].strip().startswith("float *restrict s_rows = malloc(") or \
-        lines[b + 1].strip().startswith("double *restrict s_rows = malloc(")
-    assert "free(s_rows);" in [line.strip() for line in lines[b + 2:]]
+    # the loop over b opens the parallel region, where each thread allocates the row
+    # once for the iterations of b it runs (LoopPlan.buffers_per_thread)
+    b = next(k for k, line in enumerate(lines)
+             if line.strip() == "for (int64_t b = 0; b < B; b++) {")
+    ind = lines[b][:len(lines[b]) - len(lines[b].lstrip())]
+    assert lines[b - 1] == ind + "#pragma omp for schedule(static)"
+    assert lines[b - 2].startswith(ind + ("float" if "float" in lines[b - 2] else "double")
+                                   + " *restrict s_rows = malloc(")
+    assert lines[b - 2].endswith("one per thread, reused by the iterations it runs")
+    assert lines[b - 3] == ind[:-2] + "{"
+    assert lines[b - 4].startswith(ind[:-2] + "#pragma omp parallel reduction(+:C)")
+    end = lines.index(ind + "}", b)
+    assert lines[end + 1:end + 3] == [ind + "free(s_rows);", ind[:-2] + "}"]
     # the interior rows' update: the 9 taps of kh and kw in one pass over the row, one
     # update of nine terms (the border rows' pieces have six)
     k = src.index("s_rows[v] += w_co_ci_0_0 * x[")
@@ -505,7 +513,9 @@ def test_row_sums_of_unrolled_taps_get_memory_based_dependences():
         (m.get_tuple_name(isl.dim_type.in_), m.get_tuple_name(isl.dim_type.out))))
     assert {(a, b) for a in copies for b in copies} <= pairs
     src = conv_cost.source
-    assert src.count("#pragma omp parallel for") == 1 and "for (int64_t b = 0;" in src
+    # one parallel region, the batch loop shared out in it (its row allocated per thread)
+    assert src.count("#pragma omp parallel") == 1 and "#pragma omp parallel for" not in src
+    assert "#pragma omp for schedule(static)\n      for (int64_t b = 0;" in src
 
 
 T = pa.sizes("T")

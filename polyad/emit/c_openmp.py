@@ -438,18 +438,30 @@ class _Emitter:
                 if getattr(lp, "simd", False) else {})
         if kept:
             indent += "  "
-        if pragma is not None:
-            self.out(indent, pragma)
         if lp.threads:
             atomic = atomic | lp.atomic
-        step = f"{name} += {inc}" if inc != "1" else f"{name}++"
-        self.out(indent, f"for (int64_t {name} = {init}; {cond}; {step}) {{")
         # iterations (chunks of rows) run by threads each have their own buffers; a loop
         # every thread of a team runs, sharing its inner loops, shares the function's
         own = [v for v in lp.facts.row_buffers if v not in self.rows_in_scope] \
             if lp.threads else []
-        for v in own:
-            self.out(indent + "  ", self.row_buffer_allocation(v))
+        # ... allocated once per thread, in a region of their own around the loop, where
+        # the loop opens the parallel region (``LoopPlan.buffers_per_thread``)
+        per_thread = bool(own) and getattr(lp, "buffers_per_thread", False)
+        if per_thread:
+            region, pragma = lp.thread_region_pragmas(
+                self.names, lambda n: self.printer.expr(n, self.names))
+            self.out(indent, region)
+            self.out(indent, "{")
+            for v in own:
+                self.out(indent + "  ", self.row_buffer_allocation(v, per_thread=True))
+            indent += "  "
+        if pragma is not None:
+            self.out(indent, pragma)
+        step = f"{name} += {inc}" if inc != "1" else f"{name}++"
+        self.out(indent, f"for (int64_t {name} = {init}; {cond}; {step}) {{")
+        if not per_thread:
+            for v in own:
+                self.out(indent + "  ", self.row_buffer_allocation(v))
         self.rows_in_scope |= set(own)
         body = len(self.lines)
         self.walk(node.for_get_body(), indent + "  ", iters, atomic,
@@ -458,14 +470,21 @@ class _Emitter:
         self.target_override = overridden
         for read in kept:
             del self.printer.kept_reads[read]
-        for v in own:
-            self.out(indent + "  ", f"free({self.names[v]});")
-        if len(self.lines) == body + len(own):
+        if len(self.lines) == body:
             # every statement of the body simplified away (``schedule.simplify``): a loop
             # without statements does nothing, so neither it nor its directive is printed
             del self.lines[start:]
             return
+        frees = [f"free({self.names[v]});" for v in own]
+        if not per_thread:
+            for line in frees:
+                self.out(indent + "  ", line)
         self.out(indent, "}")
+        if per_thread:
+            indent = indent[:-2]
+            for line in frees:
+                self.out(indent + "  ", line)
+            self.out(indent, "}")
         for _ in range(2 if sections else 0):  # the blocks of nonempty_sections
             indent = indent[:-2]
             self.out(indent, "}")
@@ -676,14 +695,17 @@ class _Emitter:
         self.out(inner, "}")
         self.out(indent, "}")
 
-    def row_buffer_allocation(self, v: str) -> str:
+    def row_buffer_allocation(self, v: str, per_thread: bool = False) -> str:
         """The declaration of row buffer ``v`` (``schedule.fusion``), on the heap: a
-        buffer holds a few rows of a whole image row, too much for a thread's stack."""
+        buffer holds a few rows of a whole image row, too much for a thread's stack.
+        ``per_thread``: allocated once per thread for the iterations it runs."""
         t = self.rows[v]
         c_type = t.type.dtype.c_type
         size = " * ".join(f"({self.printer.expr(e, self.names)})" for e in t.type.shape)
+        owner = "one per thread, reused by the iterations it runs" if per_thread \
+            else "one per iteration"
         return (f"{c_type} *restrict {self.names[v]} = malloc(sizeof({c_type}) * "
-                f"(size_t)({size}));  // {t.holds}")
+                f"(size_t)({size}));  // {t.holds}; {owner}")
 
     # ---- whole file ----------------------------------------------------
     def func_source(self, f: ir.FuncDef) -> list[str]:

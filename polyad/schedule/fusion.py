@@ -712,7 +712,7 @@ def _rewrite(kernel: ir.Kernel, chain: list, temps: list, shift: list, back: lis
             new_temps.append(ir.Temp(
                 rows_name[t.name], dataclasses.replace(t.type, shape=shape), zero=False,
                 role="rows", holds=f"rows of {t.name} (row r in slot r mod {heights[t.name]}"
-                                   f"{padded}), one buffer per chunk of {rows} rows of {m}",
+                                   f"{padded}) for a chunk of {rows} rows of {m}",
                 chunk=chunk))
         else:
             new_temps.append(t)

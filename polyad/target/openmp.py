@@ -109,6 +109,18 @@ class LoopPlan:
     def private(self) -> tuple:
         return self.facts.private
 
+    @property
+    def buffers_per_thread(self) -> bool:
+        """A thread loop outside any region whose iterations each own row buffers
+        (``facts.row_buffers``: each iteration writes every row it reads before reading
+        it): the emitter opens the parallel region around the loop, allocates the buffers
+        there once per thread and shares the iterations out with 'omp for', so a thread's
+        iterations reuse its buffers. (Allocated in every iteration, a buffer's pages went
+        back to the system at each free and were faulted in again by the next malloc:
+        the deconvolution gradient at 2048^2 float64 spent about a tenth of its time so,
+        32 chunks a call.)"""
+        return self.threads and self.region == "" and bool(self.facts.row_buffers)
+
     def directive(self) -> Optional[str]:
         """``parallel for``, ``for`` (inside a region), with `` simd``; ``simd``;
         ``parallel`` (a sequential loop opening a region); or None."""
@@ -145,7 +157,14 @@ class LoopPlan:
         if self.region == "open":
             return "#pragma omp parallel" + self.if_clause(ast_text or _ast_c)
         if self.threads:
-            head += " schedule(static, 1)" if self.cyclic else " schedule(static)"
+            head += self.schedule_clause()
+        return f"#pragma omp {head}" + self.data_clauses(names, size_text)
+
+    def schedule_clause(self) -> str:
+        return " schedule(static, 1)" if self.cyclic else " schedule(static)"
+
+    def data_clauses(self, names: dict, size_text) -> str:
+        """The reduction and private clauses of the loop's directive, each after a space."""
         parts = []
         for kind, op, items in self.clauses():
             if kind == "reduction":
@@ -157,7 +176,16 @@ class LoopPlan:
                     else f"{names[a]}[0:{size_text(n)}]" for a, n in items) + ")")
             else:
                 parts.append(f"private({', '.join(names[v] for v in items)})")
-        return f"#pragma omp {head}" + "".join(" " + p for p in parts)
+        return "".join(" " + p for p in parts)
+
+    def thread_region_pragmas(self, names: dict, size_text) -> tuple[str, str]:
+        """The two ``#pragma omp`` lines of a loop whose row buffers are allocated once per
+        thread (``buffers_per_thread``): the region's, with the data clauses (a reduction
+        on the region sums each thread's private copy, which the worksharing loop inside
+        updates), and the worksharing loop's, with the schedule."""
+        loop = "for simd" if self.simd else "for"
+        return (f"#pragma omp parallel{self.data_clauses(names, size_text)}",
+                f"#pragma omp {loop}{self.schedule_clause()}")
 
     def sections_maybe_empty(self) -> list:
         """The privatized array sections ``(array, elements)`` of a thread loop whose
@@ -207,7 +235,10 @@ class LoopPlan:
         if self.register_sums:
             parts.append(f"sums of {', '.join(self.register_sums)} in scalars (one per "
                          f"element, in the reduction clause)")
-        if self.facts.row_buffers:
+        if self.buffers_per_thread:
+            parts.append(f"own row buffers {', '.join(self.facts.row_buffers)} per iteration, "
+                         f"allocated once per thread in the parallel region around the loop")
+        elif self.facts.row_buffers:
             parts.append(f"own row buffers {', '.join(self.facts.row_buffers)} per iteration")
         if self.cyclic and self.threads:
             parts.append("schedule(static, 1)")
