@@ -331,6 +331,68 @@ def test_asan_gradients_clean(tmp_path, repo_root):
     _instrumented_libraries(tmp_path / "cache")
 
 
+STREAMED_SCRIPT = textwrap.dedent(
+    '''
+    import dataclasses
+
+    import numpy as np
+    import polyad as pa
+    from polyad.testing import interpret
+
+    from deconv_kernels import deconvolution
+    from test_streaming import blur_rows
+
+    deconv = pa.Kernel(ir_kernel=dataclasses.replace(deconvolution("f64").ir,
+                                                     name="deconv_asan_streamed"))
+    blur = pa.Kernel(ir_kernel=dataclasses.replace(blur_rows.ir, name="blur_asan_streamed"))
+
+
+    def main():
+        rng = np.random.default_rng(3)
+        grad = pa.grad(deconv, wrt=["x", "f"])
+        k = pa.compile(grad, sanitize="address")
+        assert "pa_stream_f64x" in k.source
+        for m, n in [(1, 1), (3, 17), (9, 11), (10, 6), (12, 40), (70, 37)]:
+            x, f, y = (rng.standard_normal((m, n)), rng.standard_normal(5),
+                       rng.standard_normal((m, n)))
+            d_x, d_f = k(x, f, y)
+            _, want = interpret(grad.ir, dict(x=x, f=f, y=y), dict(M=m, N=n))
+            np.testing.assert_allclose(d_x, want["d_x"], rtol=1e-12, atol=1e-12)
+            np.testing.assert_allclose(d_f, want["d_f"], rtol=1e-12, atol=1e-10)
+        b = pa.compile(blur, sanitize="address")
+        for m, n in [(1, 1), (2, 7), (3, 8), (4, 9), (5, 33)]:
+            x = rng.standard_normal((m, n))
+            _, want = interpret(blur.ir, dict(x=x), dict(M=m, N=n))
+            np.testing.assert_allclose(b(x), want["y"], rtol=1e-15, atol=1e-15)
+        print("ASAN-SCRIPT-OK")
+
+
+    main()
+    ''')
+
+
+def test_asan_streamed_stores_clean(tmp_path, repo_root, monkeypatch):
+    """The streamed branch of a large output's rows (``LoopPlan.stream``: an aligned
+    head, vectors of lanes, a tail) under ASan: the builds are made here with the
+    threshold lowered to one element, so that every size takes it."""
+    import dataclasses
+
+    from deconv_kernels import deconvolution
+    from test_streaming import blur_rows
+    import polyad as pa
+    from polyad.pipeline import Options
+    from polyad.target import openmp
+
+    monkeypatch.setattr(openmp, "last_level_cache_bytes", lambda: 1)
+    deconv = pa.Kernel(ir_kernel=dataclasses.replace(deconvolution("f64").ir,
+                                                     name="deconv_asan_streamed"))
+    blur = pa.Kernel(ir_kernel=dataclasses.replace(blur_rows.ir, name="blur_asan_streamed"))
+    asan = Options(sanitize="address")
+    run_script_under_asan(tmp_path, repo_root, STREAMED_SCRIPT, "ASAN-SCRIPT-OK",
+                          [(pa.grad(deconv, wrt=["x", "f"]), asan), (blur, asan)])
+    _instrumented_libraries(tmp_path / "cache")
+
+
 def test_a_sanitized_build_compiles_at_o1(monkeypatch):
     """ASan's documented level: the same accesses are checked, in well under half the C
     compiler's time on the benchmarks' conv gradient; an unsanitized build stays at -O3."""

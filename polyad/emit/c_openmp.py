@@ -20,6 +20,7 @@ such units in parallel (``runtime.toolchain.translation_units``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from dataclasses import dataclass
 from typing import Optional
@@ -455,6 +456,10 @@ class _Emitter:
             for v in own:
                 self.out(indent + "  ", self.row_buffer_allocation(v, per_thread=True))
             indent += "  "
+        streamed = bool(getattr(lp, "stream", ())) and \
+            self.streamed_loop(node, lp, indent, iters, atomic, init)
+        if streamed:
+            indent += "  "
         if pragma is not None:
             self.out(indent, pragma)
         step = f"{name} += {inc}" if inc != "1" else f"{name}++"
@@ -480,6 +485,9 @@ class _Emitter:
             for line in frees:
                 self.out(indent + "  ", line)
         self.out(indent, "}")
+        if streamed:
+            indent = indent[:-2]
+            self.out(indent, "}")
         if per_thread:
             indent = indent[:-2]
             for line in frees:
@@ -664,6 +672,110 @@ class _Emitter:
             for target, acc in sums.items()])
         self.out(indent, "}")
         return True
+
+    def streamed_loop(self, node, lp, indent: str, iters: dict, atomic: frozenset,
+                      init: str) -> bool:
+        """Open the ``if`` of a loop whose stores go past the caches where the array is
+        large (``LoopPlan.stream``) and print that branch: the iterations up to an element
+        aligned for a vector, then blocks of lanes (the loop's statements computed into a
+        vector of lanes, 'omp simd' across the lanes, the vector stored by a streaming
+        store), then the rest, then a fence that makes the streaming stores visible before
+        what follows. The caller prints the loop as written in the ``else`` branch and
+        closes it. False (nothing printed) when the loop's bound has another form or its
+        statements simplified away."""
+        cond = node.for_get_cond()
+        T = isl.ast_expr_op_type
+        if (cond.get_type() != isl.ast_expr_type.op or cond.get_op_type() not in (T.le, T.lt)
+                or cond.get_op_arg(0).get_type() != isl.ast_expr_type.id
+                or cond.get_op_arg(0).get_id().get_name()
+                != node.for_get_iterator().get_id().get_name()):
+            return False
+        array, lanes, elements = lp.stream
+        name = lp.iterator
+        bound = self.ast_c(cond.get_op_arg(1), iters)
+        rel = "<=" if cond.get_op_type() == T.le else "<"
+        users = sequence_nodes(node.for_get_body())
+        plain = simplify_run([st for u in users for st in self.user_statements(u, iters)],
+                             atomic, frozenset(self.func_names))
+        taken = (set(self.names.values()) | set(iters.values())
+                 | set(self.printer.kept_reads.values()))
+        lane = _fresh(name + "_lane", taken)
+        self.shift = (name, lane)
+        shifted = [st for u in users for st in self.user_statements(u, iters)]
+        self.shift = None
+        if not plain or len({st.target for st in shifted}) != 1:
+            return False
+        at = self.printer.load(plain[0].target, self.names)
+        at_type = self.k.array_type(array)
+        c_type = at_type.dtype.c_type
+        vector = f"{self.names[array]}_lanes"
+        while vector in taken:
+            vector += "_"
+        count = self.printer.expr(functools.reduce(
+            lambda a, b: ir.Binary("*", a, b, ir.i64), at_type.shape), self.names)
+        store = self.stream_helper(at_type.dtype, lanes)
+        width = lanes * at_type.dtype.np.itemsize
+        inner = indent + "  "
+        self.out(indent, f"if ({count} >= {elements}) {{  // {self.names[array]} is too large "
+                         f"for the caches: stored past them")
+        self.out(inner, f"int64_t {name} = {init};")
+        self.out(inner, f"for (; {name} {rel} {bound} && (uintptr_t)&{at} % {width} != 0; "
+                        f"{name}++) {{  // up to an element aligned for a vector")
+        self.statements(plain, inner + "  ", atomic)
+        self.out(inner, "}")
+        self.out(inner, f"for (; {name} + {lanes - 1} {rel} {bound}; {name} += {lanes}) {{")
+        self.out(inner + "  ", f"{c_type} {vector}[{lanes}];")
+        self.out(inner + "  ", "#pragma omp simd")
+        self.out(inner + "  ", f"for (int64_t {lane} = 0; {lane} < {lanes}; {lane}++) {{")
+        saved = self.target_override
+        self.target_override = {**saved, shifted[0].target: f"{vector}[{lane}]"}
+        self.statements(shifted, inner + "    ", atomic)
+        self.target_override = saved
+        self.out(inner + "  ", "}")
+        self.out(inner + "  ", f"{store}(&{at}, {vector});")
+        self.out(inner, "}")
+        self.out(inner, f"for (; {name} {rel} {bound}; {name}++) {{")
+        self.statements(plain, inner + "  ", atomic)
+        self.out(inner, "}")
+        self.out(inner, "pa_stream_fence();  // the streaming stores reach memory before "
+                        "anything after the loop")
+        self.out(indent, "} else {")
+        return True
+
+    def stream_helper(self, dtype: ir.DType, lanes: int) -> str:
+        """The name of the C function that stores ``lanes`` values of ``dtype`` with
+        streaming stores at an address aligned to their size (recorded in the printer's
+        helpers with ``pa_stream_fence``): the widest of the build's x86 instructions
+        that divides the vector, a plain copy where it has none."""
+        name = f"pa_stream_{dtype.name}x{lanes}"
+        if name in self.printer.helpers:
+            return name
+        c_type, size = dtype.c_type, dtype.np.itemsize
+        suffix = "pd" if dtype == ir.f64 else "ps"
+        body = []
+        for feature, bits, prefix in (("__AVX512F__", 512, "_mm512"), ("__AVX__", 256, "_mm256"),
+                                      ("__SSE2__", 128, "_mm")):
+            step = bits // 8 // size
+            if lanes % step == 0:
+                body += [f"#{'el' if body else ''}if defined({feature})",
+                         f"  for (int k = 0; k < {lanes}; k += {step})",
+                         f"    {prefix}_stream_{suffix}(at + k, {prefix}_loadu_{suffix}(lanes + k));"]
+        body += ["#else", f"  for (int k = 0; k < {lanes}; k++)", "    at[k] = lanes[k];", "#endif"]
+        self.printer.helpers.setdefault("stream", "\n".join([
+            "/* streaming stores: values written past the caches (LoopPlan.stream) */",
+            "#if defined(__x86_64__) || defined(__i386__)",
+            "#include <immintrin.h>",
+            "#endif",
+            "static inline void pa_stream_fence(void)",
+            "{",
+            "#if defined(__SSE__)",
+            "  _mm_sfence();",
+            "#endif",
+            "}"]))
+        self.printer.helpers[name] = "\n".join(
+            [f"static inline void {name}({c_type} *restrict at, const {c_type} *restrict lanes)",
+             "{"] + body + ["}"])
+        return name
 
     def blocked_loop(self, node, lp, indent: str, iters: dict, atomic: frozenset,
                      init: str) -> None:

@@ -176,6 +176,34 @@ def _cpuinfo_field(*names: str) -> str:
     return next((fields[n] for n in names if n in fields), "")
 
 
+# Where Linux reports no cache sizes: a common last-level cache of a server core complex.
+DEFAULT_LAST_LEVEL_CACHE = 32 << 20
+
+
+@functools.lru_cache(maxsize=None)
+def last_level_cache_bytes() -> int:
+    """The size of the host's last cache level as Linux reports it for cpu 0 (sysfs), else
+    ``DEFAULT_LAST_LEVEL_CACHE``."""
+    best = None
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        indices = [d for d in os.listdir(base) if d.startswith("index")]
+    except OSError:
+        indices = []
+    for index in indices:
+        try:
+            with open(os.path.join(base, index, "level")) as f:
+                level = int(f.read())
+            with open(os.path.join(base, index, "size")) as f:
+                size = f.read().strip()
+        except (OSError, ValueError):
+            continue
+        scale = {"K": 1 << 10, "M": 1 << 20}.get(size[-1:])
+        if scale and size[:-1].isdigit() and (best is None or level > best[0]):
+            best = (level, int(size[:-1]) * scale)
+    return best[1] if best else DEFAULT_LAST_LEVEL_CACHE
+
+
 def host_key() -> str:
     """What a cached schedule or library made on this host depends on: the CPU and the
     vector unit the decisions were sized for."""
