@@ -374,7 +374,7 @@ STREAMED_SCRIPT = textwrap.dedent(
 def test_asan_streamed_stores_clean(tmp_path, repo_root, monkeypatch):
     """The streamed branch of a large output's rows (``LoopPlan.stream``: an aligned
     head, vectors of lanes, a tail) under ASan: the builds are made here with the
-    threshold lowered to one element, so that every size takes it."""
+    thresholds lowered to one element and no iteration, so that every size takes it."""
     import dataclasses
 
     from deconv_kernels import deconvolution
@@ -384,6 +384,7 @@ def test_asan_streamed_stores_clean(tmp_path, repo_root, monkeypatch):
     from polyad.target import openmp
 
     monkeypatch.setattr(openmp, "last_level_cache_bytes", lambda: 1)
+    monkeypatch.setattr(openmp, "STREAM_ROW_VECTORS", 0)
     deconv = pa.Kernel(ir_kernel=dataclasses.replace(deconvolution("f64").ir,
                                                      name="deconv_asan_streamed"))
     blur = pa.Kernel(ir_kernel=dataclasses.replace(blur_rows.ir, name="blur_asan_streamed"))

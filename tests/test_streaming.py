@@ -80,17 +80,20 @@ def _renamed(kernel, name):
 
 @pytest.fixture
 def stream_everything(monkeypatch):
-    """Plans made in the test stream every array they may (the threshold 1 element)."""
+    """Plans made in the test stream every array they may, whatever its size and row
+    (the thresholds 1 element and no iteration)."""
     monkeypatch.setattr(openmp, "last_level_cache_bytes", lambda: 1)
+    monkeypatch.setattr(openmp, "STREAM_ROW_VECTORS", 0)
 
 
 def test_the_deconvolution_gradient_streams_its_input_gradient():
     g = pa.grad(deconvolution("f64"), wrt=["x", "f"])
     lanes = host_vector_unit().bits // 64
     elements = int(openmp.STREAM_SHARE_OF_CACHE * last_level_cache_bytes()) // 8
+    iterations = openmp.STREAM_ROW_VECTORS * lanes
     src = pa.compile(g).source
-    assert f"if (M * N >= {elements}) {{  // d_x is too large for the caches: stored past them" \
-        in src
+    assert (f"if (M * N >= {elements} && (N - 2) - 2 >= {iterations}) {{  // d_x is too large "
+            f"for the caches: stored past them") in src
     assert f"pa_stream_f64x{lanes}(&d_x[m * N + n], d_x_lanes);" in src
     assert "pa_stream_fence();" in src
     # the rows are computed as before in the other branch, and d_x alone is streamed
@@ -98,7 +101,8 @@ def test_the_deconvolution_gradient_streams_its_input_gradient():
     assert not [line for line in src.splitlines()
                 if "pa_stream_f64" in line and "&d_x[" not in line and "void" not in line]
     assert (f"d_x stored past the caches, {lanes} elements per streaming store, where it has "
-            f"at least {elements} elements") in pa.explain(g)
+            f"at least {elements} elements and the loop at least {iterations} iterations") \
+        in pa.explain(g)
 
 
 @pytest.mark.parametrize("deterministic", [False, True])
@@ -108,7 +112,7 @@ def test_streamed_gradient_rows_match_the_interpreter(stream_everything, determi
     g = pa.grad(_renamed(deconvolution("f64"), f"deconv_streamed_{deterministic}"),
                 wrt=["x", "f"])
     k = pa.compile(g, deterministic=deterministic)
-    assert "if (M * N >= 1) {" in k.source
+    assert "if (M * N >= 1 && (N - 2) - 2 >= 0) {" in k.source
     rng = np.random.default_rng(41)
     for m, n in [(1, 1), (2, 3), (3, 17), (9, 11), (10, 6), (12, 40), (70, 37), (139, 6)]:
         x, f, y = rng.standard_normal((m, n)), rng.standard_normal(5), rng.standard_normal((m, n))
@@ -153,12 +157,14 @@ def test_an_output_the_kernel_reads_or_updates_is_not_streamed(stream_everything
         assert "pa_stream" not in k.source, kernel.__name__
 
 
-def test_small_arrays_are_not_streamed():
-    """Below the threshold the loop as written runs: the branch compares the array's
-    elements with half the last-level cache's, in the array's element size."""
+def test_small_arrays_and_short_rows_are_not_streamed():
+    """Below the thresholds the loop as written runs: the branch compares the array's
+    elements with half the last-level cache's, in the array's element size, and the
+    loop's iterations with STREAM_ROW_VECTORS vectors."""
     src = pa.compile(blur_rows).source
     elements = int(openmp.STREAM_SHARE_OF_CACHE * last_level_cache_bytes()) // 8
-    assert f"if (M * N >= {elements}) {{" in src
+    iterations = openmp.STREAM_ROW_VECTORS * host_vector_unit().bits // 64
+    assert f"if (M * N >= {elements} && (N - 1) - 1 >= {iterations}) {{" in src
     x = np.arange(12.0).reshape(3, 4)
     np.testing.assert_allclose(blur_rows(x), interpret(blur_rows.ir, dict(x=x),
                                                        dict(M=3, N=4))[1]["y"])

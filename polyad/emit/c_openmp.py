@@ -158,6 +158,10 @@ class _Emitter:
         # several (C only: the CUDA emitter makes kernels of them)
         self.outline = outline and _outer_loop_count(self.sk.ast) >= 2
         self.units: list[list[str]] = []
+        # streaming stores printed since the last fence (``streamed_loop``): fenced at the
+        # end of the iteration of the thread loop, the 'omp single' or the function that
+        # ran them (``fence_streaming_stores``)
+        self.unfenced_streams = False
 
     # ---- statements ------------------------------------------------------
     def substituted(self, st: ir.Statement, args: list) -> ir.Statement:
@@ -284,6 +288,7 @@ class _Emitter:
         function)."""
         saved, self.lines = self.lines, []
         self.for_loop(node, "  ", {}, atomic)
+        self.fence_streaming_stores("  ")
         body, self.lines = self.lines, saved
         if not body:
             return
@@ -330,6 +335,7 @@ class _Emitter:
         self.out(indent, "#pragma omp single")
         self.out(indent, "{")
         self.sequence(kids, indent + "  ", iters, atomic)
+        self.fence_streaming_stores(indent + "  ")
         self.out(indent, "}")
 
     def user_statements(self, node, iters) -> list[ir.Statement]:
@@ -471,6 +477,8 @@ class _Emitter:
         body = len(self.lines)
         self.walk(node.for_get_body(), indent + "  ", iters, atomic,
                   lp.region in ("open", "team"))
+        if lp.threads:
+            self.fence_streaming_stores(indent + "  ")
         self.rows_in_scope -= set(own)
         self.target_override = overridden
         for read in kept:
@@ -679,9 +687,8 @@ class _Emitter:
         large (``LoopPlan.stream``) and print that branch: the iterations up to an element
         aligned for a vector, then blocks of lanes (the loop's statements computed into a
         vector of lanes, 'omp simd' across the lanes, the vector stored by a streaming
-        store), then the rest, then a fence that makes the streaming stores visible before
-        what follows. The caller prints the loop as written in the ``else`` branch and
-        closes it. False (nothing printed) when the loop's bound has another form or its
+        store), then the rest; the fence after them comes later (``fence_streaming_stores``).
+        The caller prints the loop as written in the ``else`` branch and closes it. False (nothing printed) when the loop's bound has another form or its
         statements simplified away."""
         cond = node.for_get_cond()
         T = isl.ast_expr_op_type
@@ -690,7 +697,7 @@ class _Emitter:
                 or cond.get_op_arg(0).get_id().get_name()
                 != node.for_get_iterator().get_id().get_name()):
             return False
-        array, lanes, elements = lp.stream
+        array, lanes, elements, iterations = lp.stream
         name = lp.iterator
         bound = self.ast_c(cond.get_op_arg(1), iters)
         rel = "<=" if cond.get_op_type() == T.le else "<"
@@ -716,8 +723,9 @@ class _Emitter:
         store = self.stream_helper(at_type.dtype, lanes)
         width = lanes * at_type.dtype.np.itemsize
         inner = indent + "  "
-        self.out(indent, f"if ({count} >= {elements}) {{  // {self.names[array]} is too large "
-                         f"for the caches: stored past them")
+        start = init if re.fullmatch(r"\w+", init) else f"({unparen(init)})"
+        self.out(indent, f"if ({count} >= {elements} && {bound} - {start} >= {iterations}) {{  "
+                         f"// {self.names[array]} is too large for the caches: stored past them")
         self.out(inner, f"int64_t {name} = {init};")
         self.out(inner, f"for (; {name} {rel} {bound} && (uintptr_t)&{at} % {width} != 0; "
                         f"{name}++) {{  // up to an element aligned for a vector")
@@ -737,10 +745,20 @@ class _Emitter:
         self.out(inner, f"for (; {name} {rel} {bound}; {name}++) {{")
         self.statements(plain, inner + "  ", atomic)
         self.out(inner, "}")
-        self.out(inner, "pa_stream_fence();  // the streaming stores reach memory before "
-                        "anything after the loop")
+        self.unfenced_streams = True
         self.out(indent, "} else {")
         return True
+
+    def fence_streaming_stores(self, indent: str) -> None:
+        """Print the fence after the streaming stores printed since the last one, if any:
+        at the end of an iteration of a thread loop, of an 'omp single' block or of a
+        function, so that the stores of each thread reach memory before the barrier or
+        the return after which other threads read them (a thread reads its own in program
+        order)."""
+        if self.unfenced_streams:
+            self.out(indent, "pa_stream_fence();  // the streaming stores above reach memory "
+                             "before other threads read them")
+            self.unfenced_streams = False
 
     def stream_helper(self, dtype: ir.DType, lanes: int) -> str:
         """The name of the C function that stores ``lanes`` values of ``dtype`` with
@@ -860,6 +878,7 @@ class _Emitter:
         for v in self.rows:  # for the statements outside every loop that has its own
             self.out("  ", self.row_buffer_allocation(v))
         self.walk(self.sk.ast, "  ", {}, frozenset())
+        self.fence_streaming_stores("  ")
         for v in self.rows:
             self.out("  ", f"free({self.names[v]});")
         if k.result is not None:

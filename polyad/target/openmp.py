@@ -49,6 +49,12 @@ THIN_DEPTH = 2
 # 2048^2 float64 (32 MiB) ran in 0.86-0.89 of the time (2 threads, C edited by hand,
 # interleaved runs, AVX-512).
 STREAM_SHARE_OF_CACHE = 0.5
+# ... by a loop of at least this many vectors: a shorter row spends a larger share in its
+# scalar head and tail, the lines at its ends stored the usual way. The 3-D stencil's
+# gradient at 256^3 float32 (rows of 254 elements, 16 floats a vector) ran in 1.09-1.17x
+# the time with its rows streamed, at 256^3 float64 and 161^3 in 0.98-1.01x; the
+# deconvolution's and TV's gradients (rows of 2048 and 4096) in 0.88-0.99x.
+STREAM_ROW_VECTORS = 32
 
 # A parallel region whose shared loops are all innermost synchronizes its threads once
 # per innermost loop (trisolv: a barrier per row for one row's work); it runs in
@@ -97,12 +103,13 @@ class LoopPlan:
     per value in turn; each value on its own row of the temporary, if any
     (``schedule.loop_order.block_sum_rows_in_registers``); the values left over after
     the whole blocks as written (``_Planner.value_blocks``). () otherwise.
-    ``stream``: (array, lanes, elements) for an 'omp simd' loop whose statements only
-    assign one element of a kernel output that the kernel never reads, one element per
-    iteration along the array's last dimension: where the array has at least
-    ``elements`` elements (``STREAM_MIN_BYTES`` and more: it does not stay in the caches)
-    the emitter computes the values ``lanes`` at a time and stores each vector with a
-    streaming store (past the caches, without reading the line first). () otherwise.
+    ``stream``: (array, lanes, elements, iterations) for an 'omp simd' loop whose
+    statements only assign one element of a kernel output that the kernel never reads, one
+    element per iteration along the array's last dimension: where the array has at least
+    ``elements`` elements (``STREAM_SHARE_OF_CACHE`` of the last-level cache: it does not
+    stay in the caches) and the loop at least ``iterations`` iterations, the emitter
+    computes the values ``lanes`` at a time and stores each vector with a streaming store
+    (past the caches, without reading the line first). () otherwise.
     """
 
     facts: LoopFacts
@@ -262,9 +269,10 @@ class LoopPlan:
         if self.cyclic and self.threads:
             parts.append("schedule(static, 1)")
         if self.stream:
-            array, lanes, elements = self.stream
+            array, lanes, elements, iterations = self.stream
             parts.append(f"{array} stored past the caches, {lanes} elements per streaming "
-                         f"store, where it has at least {elements} elements")
+                         f"store, where it has at least {elements} elements and the loop "
+                         f"at least {iterations} iterations")
         return "omp " + head + "".join(" " + p for p in parts)
 
     @property
@@ -513,7 +521,8 @@ class _Planner:
             if stream:
                 lp = dataclasses.replace(lp, stream=stream, mapping=lp.mapping + (
                     f"; {stream[0]} written once along it and never read: stored past the "
-                    f"caches where it has at least {stream[2]} elements"))
+                    f"caches where it has at least {stream[2]} elements and the loop at "
+                    f"least {stream[3]} iterations"))
         if not lp.threads and not lp.simd and not lp.lane_sums:
             blocks = self.value_blocks(node, it, facts, set(iters))
             if blocks:
@@ -673,7 +682,7 @@ class _Planner:
         ``+=`` into it reads the element the store left, coherent); the element's last
         index is a statement loop variable plus a constant, the variable the loop's own
         iterator, and no other index uses the loop; not border pieces alone, and a loop
-        that may run at least two vectors. The values are those of the plain loop, each
+        that may run ``STREAM_ROW_VECTORS`` vectors. The values are those of the plain loop, each
         computed by the same expression: only where they are stored changes."""
         if platform.machine() not in ("x86_64", "AMD64"):
             return ()
@@ -712,11 +721,12 @@ class _Planner:
         if all(self.by_name[n].on_border for n in facts.statements):
             return ()
         lanes = self.scheduled.vector_unit.bits // dtype.bits
-        if facts.trip_count_bound is not None and facts.trip_count_bound < 2 * lanes:
+        iterations = STREAM_ROW_VECTORS * lanes
+        if facts.trip_count_bound is not None and facts.trip_count_bound < iterations:
             return ()
         elements = max(1, int(STREAM_SHARE_OF_CACHE * last_level_cache_bytes())
                        // dtype.np.itemsize)
-        return (t.array, lanes, elements)
+        return (t.array, lanes, elements, iterations)
 
     def invariant_sums(self, node, it: str, arrays: set) -> tuple:
         """The ``arrays`` (privatized by loop ``node``, iterator ``it``) that every statement
