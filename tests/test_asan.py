@@ -340,7 +340,7 @@ STREAMED_SCRIPT = textwrap.dedent(
     from polyad.testing import interpret
 
     from deconv_kernels import deconvolution
-    from test_streaming import blur_rows
+    from test_output_pool import blur_rows
 
     deconv = pa.Kernel(ir_kernel=dataclasses.replace(deconvolution("f64").ir,
                                                      name="deconv_asan_streamed"))
@@ -363,7 +363,7 @@ STREAMED_SCRIPT = textwrap.dedent(
         for m, n in [(1, 1), (2, 7), (3, 8), (4, 9), (5, 33)]:
             x = rng.standard_normal((m, n))
             _, want = interpret(blur.ir, dict(x=x), dict(M=m, N=n))
-            np.testing.assert_allclose(b(x), want["y"], rtol=1e-15, atol=1e-15)
+            np.testing.assert_allclose(b(x), want["out"], rtol=1e-15, atol=1e-15)
         print("ASAN-SCRIPT-OK")
 
 
@@ -378,7 +378,7 @@ def test_asan_streamed_stores_clean(tmp_path, repo_root, monkeypatch):
     import dataclasses
 
     from deconv_kernels import deconvolution
-    from test_streaming import blur_rows
+    from test_output_pool import blur_rows
     import polyad as pa
     from polyad.pipeline import Options
     from polyad.target import openmp

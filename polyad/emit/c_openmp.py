@@ -622,20 +622,28 @@ class _Emitter:
                                         f"{self.printer.load(t, self.names)} along the loop")
         return sums
 
-    def lane_loop(self, node, lp, indent: str, iters: dict, atomic: frozenset, init: str) -> bool:
-        """Print a loop that only adds into elements invariant along it (``LoopPlan.lane_sums``)
-        as blocks of lanes, each summing into its own accumulator, then the remainder, then
-        one update of each element; False (nothing printed) when its bound has another form."""
+    def upper_bound(self, node, iters: dict) -> Optional[tuple[str, str]]:
+        """(``"<"`` or ``"<="``, the C text of the bound) where the condition of the ISL loop
+        ``node`` compares its iterator with a bound, else None."""
         cond = node.for_get_cond()
         T = isl.ast_expr_op_type
         if (cond.get_type() != isl.ast_expr_type.op or cond.get_op_type() not in (T.le, T.lt)
                 or cond.get_op_arg(0).get_type() != isl.ast_expr_type.id
                 or cond.get_op_arg(0).get_id().get_name()
                 != node.for_get_iterator().get_id().get_name()):
+            return None
+        return ("<=" if cond.get_op_type() == T.le else "<",
+                self.ast_c(cond.get_op_arg(1), iters))
+
+    def lane_loop(self, node, lp, indent: str, iters: dict, atomic: frozenset, init: str) -> bool:
+        """Print a loop that only adds into elements invariant along it (``LoopPlan.lane_sums``)
+        as blocks of lanes, each summing into its own accumulator, then the remainder, then
+        one update of each element; False (nothing printed) when its bound has another form."""
+        upper = self.upper_bound(node, iters)
+        if upper is None:
             return False
         name, n = lp.iterator, lp.lane_sums
-        bound = self.ast_c(cond.get_op_arg(1), iters)
-        rel = "<=" if cond.get_op_type() == T.le else "<"
+        rel, bound = upper
         users = sequence_nodes(node.for_get_body())
         taken = set(self.names.values()) | set(iters.values())
         lane = _fresh(name + "_lane", taken)
@@ -688,19 +696,15 @@ class _Emitter:
         aligned for a vector, then blocks of lanes (the loop's statements computed into a
         vector of lanes, 'omp simd' across the lanes, the vector stored by a streaming
         store), then the rest; the fence after them comes later (``fence_streaming_stores``).
-        The caller prints the loop as written in the ``else`` branch and closes it. False (nothing printed) when the loop's bound has another form or its
-        statements simplified away."""
-        cond = node.for_get_cond()
-        T = isl.ast_expr_op_type
-        if (cond.get_type() != isl.ast_expr_type.op or cond.get_op_type() not in (T.le, T.lt)
-                or cond.get_op_arg(0).get_type() != isl.ast_expr_type.id
-                or cond.get_op_arg(0).get_id().get_name()
-                != node.for_get_iterator().get_id().get_name()):
+        The caller prints the loop as written in the ``else`` branch and closes it. False
+        (nothing printed) when the loop's bound has another form or its statements
+        simplified away."""
+        upper = self.upper_bound(node, iters)
+        if upper is None:
             return False
         array, lanes, elements, iterations = lp.stream
         name = lp.iterator
-        bound = self.ast_c(cond.get_op_arg(1), iters)
-        rel = "<=" if cond.get_op_type() == T.le else "<"
+        rel, bound = upper
         users = sequence_nodes(node.for_get_body())
         plain = simplify_run([st for u in users for st in self.user_statements(u, iters)],
                              atomic, frozenset(self.func_names))
