@@ -53,6 +53,7 @@ import frameworks  # noqa: E402
 import peak  # noqa: E402
 import stream  # noqa: E402
 import suite  # noqa: E402
+from polyad.schedule import machine  # noqa: E402
 
 ALL_BENCHES = list(suite.BENCHES)
 DEFAULT_BENCHES = list(suite.DEFAULT_BENCHES)
@@ -447,21 +448,15 @@ def polyad_revision(pkg_dir: Path) -> str:
 
 
 def last_level_cache() -> str:
-    """``", L3 260 MiB"``: the size of cpu 0's last cache level, as Linux reports it (a
-    case whose arrays fit in it may run from it: its share of a triad over larger arrays
-    can pass 100 %); empty where not reported."""
-    best = None
-    for index in Path("/sys/devices/system/cpu/cpu0/cache").glob("index*"):
-        try:
-            level = int((index / "level").read_text())
-            size = (index / "size").read_text().strip()
-        except (OSError, ValueError):
-            continue
-        if size.endswith("K") and size[:-1].isdigit() and (best is None or level > best[0]):
-            best = (level, int(size[:-1]))
-    if best is None:
+    """``", L3 260 MiB"``: the size of cpu 0's last cache level, as Linux reports it
+    (``polyad.schedule.machine.last_level_cache``; a case whose arrays fit in it may run
+    from it: its share of a triad over larger arrays can pass 100 %); empty where not
+    reported."""
+    found = machine.last_level_cache()
+    if found is None:
         return ""
-    level, kib = best
+    level, size = found
+    kib = size >> 10
     return f", L{level} {kib // 1024} MiB" if kib >= 1024 else f", L{level} {kib} KiB"
 
 

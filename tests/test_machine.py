@@ -204,3 +204,24 @@ def test_the_avx2_conv_gradient_is_clean_under_asan(avx2, tmp_path, repo_root):
     remainders read and write in bounds (the script inherits the unit)."""
     run_script_under_asan(tmp_path, repo_root, ASAN_SCRIPT, "ASAN-SCRIPT-OK",
                           [(pa.grad(conv_cost32, wrt=["w", "x"]), Options(sanitize="address"))])
+
+
+def test_the_last_cache_level_is_read_from_sysfs(tmp_path, monkeypatch):
+    """The deepest level of ``index*/level`` with its ``index*/size`` (K or M), entries that
+    cannot be read skipped; where none can, the default that the streaming threshold
+    (``target.openmp.STREAM_SHARE_OF_CACHE``) then takes."""
+    for index, level, size in [(0, "1", "48K"), (1, "1", "32K"), (2, "2", "1024K"),
+                               (3, "3", "32768K"), (4, "4", "64M?"), (5, "x", "8M")]:
+        d = tmp_path / f"index{index}"
+        d.mkdir()
+        (d / "level").write_text(level + "\n")
+        (d / "size").write_text(size + "\n")
+    (tmp_path / "index6").mkdir()  # no files
+    assert machine.last_level_cache(str(tmp_path)) == (3, 32 << 20)
+    (tmp_path / "index2" / "size").write_text("2M\n")
+    (tmp_path / "index2" / "level").write_text("5\n")
+    machine.last_level_cache.cache_clear()
+    assert machine.last_level_cache(str(tmp_path)) == (5, 2 << 20)
+    assert machine.last_level_cache(str(tmp_path / "missing")) is None
+    monkeypatch.setattr(machine, "last_level_cache", lambda: None)
+    assert machine.last_level_cache_bytes() == machine.DEFAULT_LAST_LEVEL_CACHE

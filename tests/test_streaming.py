@@ -8,13 +8,12 @@ size takes it (each kernel under a name of its own: builds are remembered per ke
 """
 
 import dataclasses
-import platform
 
 import numpy as np
 import pytest
 
 import polyad as pa
-from polyad.schedule.machine import host_vector_unit, last_level_cache_bytes
+from polyad.schedule.machine import host_is_x86_64, host_vector_unit, last_level_cache_bytes
 from polyad.target import openmp
 from polyad.testing import interpret
 
@@ -23,8 +22,7 @@ from test_output_pool import blur_rows
 
 M, N = pa.sizes("M N")
 
-pytestmark = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"),
-                                reason="streaming stores are x86-64's")
+pytestmark = pytest.mark.skipif(not host_is_x86_64(), reason="streaming stores are x86-64's")
 
 
 @pa.kernel

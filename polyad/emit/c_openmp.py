@@ -20,7 +20,6 @@ such units in parallel (``runtime.toolchain.translation_units``).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import re
 from dataclasses import dataclass
 from typing import Optional
@@ -719,11 +718,8 @@ class _Emitter:
         at = self.printer.load(plain[0].target, self.names)
         at_type = self.k.array_type(array)
         c_type = at_type.dtype.c_type
-        vector = f"{self.names[array]}_lanes"
-        while vector in taken:
-            vector += "_"
-        count = self.printer.expr(functools.reduce(
-            lambda a, b: ir.Binary("*", a, b, ir.i64), at_type.shape), self.names)
+        vector = _fresh(f"{self.names[array]}_lanes", taken | {lane})
+        count = self.printer.expr(at_type.elements, self.names)
         store = self.stream_helper(at_type.dtype, lanes)
         width = lanes * at_type.dtype.np.itemsize
         inner = indent + "  "

@@ -14,7 +14,6 @@ import functools
 import hashlib
 import logging
 import os
-import platform
 import re
 import shutil
 import subprocess
@@ -73,7 +72,7 @@ def arithmetic_flags(deterministic: bool) -> tuple[str, ...]:
     benchmarks' gradients took 0.84-1.03 of their time and the hand-written C's
     0.78-1.10, in runs whose noise is about 10 % (benchmarks/README.md, "Issue 10,
     eighth round")."""
-    wide = ("-mprefer-vector-width=512",) if platform.machine() in ("x86_64", "AMD64") else ()
+    wide = ("-mprefer-vector-width=512",) if machine.host_is_x86_64() else ()
     return (contraction_flag(deterministic), NO_TRAPS_FLAG) + wide
 
 

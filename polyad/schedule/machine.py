@@ -26,6 +26,7 @@ import hashlib
 import os
 import platform
 from dataclasses import dataclass
+from typing import Optional
 
 from ..errors import ArgumentError
 
@@ -176,16 +177,21 @@ def _cpuinfo_field(*names: str) -> str:
     return next((fields[n] for n in names if n in fields), "")
 
 
+def host_is_x86_64() -> bool:
+    """Is the host an x86-64 machine (the instructions of its vector stores, the flags
+    that size its vectors)?"""
+    return platform.machine() in ("x86_64", "AMD64")
+
+
 # Where Linux reports no cache sizes: a common last-level cache of a server core complex.
 DEFAULT_LAST_LEVEL_CACHE = 32 << 20
 
 
 @functools.lru_cache(maxsize=None)
-def last_level_cache_bytes() -> int:
-    """The size of the host's last cache level as Linux reports it for cpu 0 (sysfs), else
-    ``DEFAULT_LAST_LEVEL_CACHE``."""
+def last_level_cache(base: str = "/sys/devices/system/cpu/cpu0/cache") -> Optional[tuple[int, int]]:
+    """(level, bytes) of the last cache level Linux reports for cpu 0 in sysfs (``base``:
+    its ``index*/level`` and ``index*/size`` files, ``32768K``), or None."""
     best = None
-    base = "/sys/devices/system/cpu/cpu0/cache"
     try:
         indices = [d for d in os.listdir(base) if d.startswith("index")]
     except OSError:
@@ -201,7 +207,14 @@ def last_level_cache_bytes() -> int:
         scale = {"K": 1 << 10, "M": 1 << 20}.get(size[-1:])
         if scale and size[:-1].isdigit() and (best is None or level > best[0]):
             best = (level, int(size[:-1]) * scale)
-    return best[1] if best else DEFAULT_LAST_LEVEL_CACHE
+    return best
+
+
+def last_level_cache_bytes() -> int:
+    """The size of the host's last cache level (``last_level_cache``), else
+    ``DEFAULT_LAST_LEVEL_CACHE``."""
+    found = last_level_cache()
+    return found[1] if found else DEFAULT_LAST_LEVEL_CACHE
 
 
 def host_key() -> str:

@@ -13,7 +13,6 @@ by an array-section reduction (privatized copies), other scatters by
 from __future__ import annotations
 
 import dataclasses
-import platform
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -27,7 +26,7 @@ from ..runtime.loader import CompiledKernel
 from ..schedule import LoopFacts, ast_children, loop_key
 from ..schedule.nests import ast_expr_uses, loop_vars_along, user_nodes, user_statements
 from ..schedule.locality import strided_accesses
-from ..schedule.machine import last_level_cache_bytes
+from ..schedule.machine import host_is_x86_64, last_level_cache_bytes
 
 # Loops with at most this many iterations, whatever the sizes (filter taps,
 # channels of a fixed-size layer), are never made 'omp parallel for': a thread
@@ -682,9 +681,10 @@ class _Planner:
         ``+=`` into it reads the element the store left, coherent); the element's last
         index is a statement loop variable plus a constant, the variable the loop's own
         iterator, and no other index uses the loop; not border pieces alone, and a loop
-        that may run ``STREAM_ROW_VECTORS`` vectors. The values are those of the plain loop, each
-        computed by the same expression: only where they are stored changes."""
-        if platform.machine() not in ("x86_64", "AMD64"):
+        that may run ``STREAM_ROW_VECTORS`` vectors; an array stored row after row (no
+        packed layout). The values are those of the plain loop, each computed by the same
+        expression: only where they are stored changes."""
+        if not host_is_x86_64():
             return ()
         users = _flat_body(node.for_get_body())
         if not users or any(u.get_type() != isl.ast_node_type.user for u in users):
@@ -704,8 +704,11 @@ class _Planner:
                 return ()
         t, _ = target
         st, call = pairs[0]
-        dtype = self.kernel.array_type(t.array).dtype
-        if not dtype.is_float or dtype.packed or any(
+        at_type = self.kernel.array_type(t.array)
+        dtype = at_type.dtype
+        # (a packed layout's elements along the last index need not be contiguous: the
+        # vector of lanes is stored as one run)
+        if not dtype.is_float or dtype.packed or at_type.layout is not None or any(
                 ld.array == t.array for s in self.kernel.statements for e in s.exprs()
                 for ld in ir.loads(e)):
             return ()
@@ -715,8 +718,7 @@ class _Planner:
         var = ir.LoopVar(along[0])
         last = affine_form(t.index[-1])
         if last is None or last[0].get(var) != 1 or any(
-                any(isinstance(x, ir.LoopVar) and x.name == var.name for x in ir.walk(ix))
-                for ix in t.index[:-1]):
+                ir.uses_loop_vars(ix, {var.name}) for ix in t.index[:-1]):
             return ()
         if all(self.by_name[n].on_border for n in facts.statements):
             return ()
